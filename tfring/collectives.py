@@ -1,0 +1,218 @@
+"""Collective operations on tensors: allreduce, grouped_allreduce, allgather, broadcast.
+
+Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient. The data
+goes from the op's C++ kernel to the runtime and MPI without passing through Python.
+"""
+
+import pickle
+
+import numpy as np
+import tensorflow as tf
+
+from tfring import _library, naming, runtime
+
+# Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
+Average = 0
+Sum = 1
+Min = 3
+Max = 4
+Product = 5
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+
+_REDUCIBLE = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+              tf.float64)
+_GATHERABLE = _REDUCIBLE + (tf.bool,)
+
+
+def _check_dtype(tensor, allowed, what, name):
+    if tensor.dtype not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        raise TypeError(f"tfring.{what} does not support dtype {tensor.dtype.name} (tensor "
+                        f"'{name}'). Supported dtypes: {names}.")
+
+
+def _resolve_op(average, op):
+    if average is not None:
+        if op is not None:
+            raise ValueError("Pass either `op` or the older `average`, not both.")
+        return Average if average else Sum
+    op = Average if op is None else op
+    if op not in _OP_NAMES:
+        raise ValueError(f"`op` must be one of tfring.Average, Sum, Min, Max, Product. "
+                         f"Received: op={op!r}")
+    return op
+
+
+def _check_root(root_rank):
+    if runtime.is_initialized() and not 0 <= root_rank < runtime.size():
+        raise ValueError(f"`root_rank` must be in [0, size) = [0, {runtime.size()}). "
+                         f"Received: root_rank={root_rank}")
+
+
+def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              name=None):
+    """Reduces a tensor over all ranks; every rank gets the result.
+
+    Args:
+        tensor: a tf.Tensor, variable, or array-like; or a tf.IndexedSlices, whose values and
+            indices are then allgathered (values divided by size() for Average).
+        average: deprecated alias: True for op=Average, False for op=Sum.
+        op: tfring.Average (default), Sum, Min, Max or Product. Average of an integer
+            tensor is the floor of the mean.
+        prescale_factor: multiplies the input before the reduction (floating point only).
+        postscale_factor: multiplies the result (floating point only).
+        name: the name that pairs this tensor across ranks (see tfring.naming).
+
+    Returns:
+        A tensor of the same shape and dtype.
+
+    Example:
+        >>> total = tfring.allreduce(tf.constant([1.0, 2.0]), op=tfring.Sum, name="x")
+    """
+    op = _resolve_op(average, op)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_indexed_slices(tensor, op, name)
+    tensor = tf.convert_to_tensor(tensor)
+    tensor_name, cacheable = naming.tensor_name("allreduce", name)
+    _check_dtype(tensor, _REDUCIBLE, "allreduce", tensor_name)
+    return _library.ops().tfring_allreduce(
+        tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        tensor_name=tensor_name, cacheable=cacheable)
+
+
+def _allreduce_indexed_slices(slices, op, name):
+    if op not in (Average, Sum):
+        raise ValueError("allreduce of tf.IndexedSlices supports op=Average and Sum only.")
+    base = name if name is not None else naming.tensor_name("allreduce_sparse")[0]
+    values = allgather(slices.values, name=f"{base}.values")
+    indices = allgather(slices.indices, name=f"{base}.indices")
+    if op == Average:
+        values = values / tf.cast(runtime.size_op(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, name=None):
+    """Allreduces a list of tensors submitted together, so they travel fused.
+
+    Args and Returns: as `allreduce`, for each tensor of the list (dtypes may differ).
+    """
+    op = _resolve_op(average, op)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    tensor_name, cacheable = naming.tensor_name("grouped_allreduce", name)
+    for i, t in enumerate(tensors):
+        _check_dtype(t, _REDUCIBLE, "grouped_allreduce", f"{tensor_name}.{i}")
+    return _library.ops().tfring_grouped_allreduce(
+        tensors, reduce_op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable)
+
+
+def allgather(tensor, name=None):
+    """Concatenates every rank's tensor along the first dimension, in rank order.
+
+    The first dimension may differ between ranks; the others must agree.
+
+    Returns:
+        A tensor whose first dimension is the sum of every rank's.
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    tensor_name, _ = naming.tensor_name("allgather", name)
+    _check_dtype(tensor, _GATHERABLE, "allgather", tensor_name)
+    if tensor.shape.rank == 0:
+        raise ValueError(f"allgather needs a tensor of rank >= 1; '{tensor_name}' is a scalar. "
+                         "Reshape it to [1] first.")
+    return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns root_rank's value of `tensor` on every rank."""
+    tensor = tf.convert_to_tensor(tensor)
+    tensor_name, cacheable = naming.tensor_name("broadcast", name)
+    _check_dtype(tensor, _GATHERABLE, "broadcast", tensor_name)
+    _check_root(root_rank)
+    return _library.ops().tfring_broadcast(tensor, root_rank=root_rank, tensor_name=tensor_name,
+                                           cacheable=cacheable)
+
+
+def broadcast_variables(variables, root_rank, name=None):
+    """Assigns root_rank's values to `variables` on every rank.
+
+    In eager mode the assignment happens now; in a graph it returns the grouped assign op.
+    """
+    _check_root(root_rank)
+    base = name if name is not None else naming.tensor_name("broadcast_variables")[0]
+    assigns = [v.assign(broadcast(v, root_rank, name=f"{base}.{i}"))
+               for i, v in enumerate(variables)]
+    return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def allgather_object(obj, name=None):
+    """Returns the list of every rank's picklable `obj`, in rank order (eager mode)."""
+    base = name if name is not None else naming.tensor_name("allgather_object")[0]
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=f"{base}.sizes").numpy()
+    data = allgather(tf.constant(payload), name=f"{base}.data").numpy()
+    out, offset = [], 0
+    for n in sizes:
+        out.append(pickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's picklable `obj` on every rank (eager mode)."""
+    _check_root(root_rank)
+    base = name if name is not None else naming.tensor_name("broadcast_object")[0]
+    is_root = runtime.rank() == root_rank
+    payload = np.frombuffer(pickle.dumps(obj) if is_root else b"", dtype=np.uint8)
+    size = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
+                     name=f"{base}.size").numpy()[0]
+    if not is_root:
+        payload = np.zeros(size, dtype=np.uint8)
+    data = broadcast(tf.constant(payload), root_rank, name=f"{base}.data").numpy()
+    return pickle.loads(data.tobytes())
+
+
+# Gradients. Each names its collectives through tfring.naming, like any other call.
+
+@tf.RegisterGradient("TfringAllreduce")
+def _allreduce_grad(op, grad):
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (Average, Sum):
+        raise ValueError(f"tfring.allreduce has a gradient for op=Average and Sum only, "
+                         f"not op={_OP_NAMES[reduce_op]}.")
+    return allreduce(grad, op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
+                     postscale_factor=op.get_attr("postscale_factor"))
+
+
+@tf.RegisterGradient("TfringGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (Average, Sum):
+        raise ValueError(f"tfring.grouped_allreduce has a gradient for op=Average and Sum only, "
+                         f"not op={_OP_NAMES[reduce_op]}.")
+    return grouped_allreduce(list(grads), op=reduce_op,
+                             prescale_factor=op.get_attr("prescale_factor"),
+                             postscale_factor=op.get_attr("postscale_factor"))
+
+
+@tf.RegisterGradient("TfringAllgather")
+def _allgather_grad(op, grad):
+    # d(loss)/d(my rows) = the sum over ranks of their upstream gradient for my rows.
+    grad = allreduce(grad, op=Sum)
+    my_rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    rows = allgather(my_rows)
+    rank = tf.cast(runtime.rank_op(), tf.int64)
+    start = tf.reduce_sum(rows[:rank])
+    begin = tf.concat([[start], tf.zeros_like(tf.shape(grad, out_type=tf.int64)[1:])], 0)
+    return tf.slice(grad, begin, tf.shape(op.inputs[0], out_type=tf.int64))
+
+
+@tf.RegisterGradient("TfringBroadcast")
+def _broadcast_grad(op, grad):
+    # Every rank's output is the root's input: the root's gradient is the sum over ranks.
+    summed = allreduce(grad, op=Sum)
+    is_root = tf.equal(runtime.rank_op(), op.get_attr("root_rank"))
+    return summed * tf.cast(is_root, summed.dtype)

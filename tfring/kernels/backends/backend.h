@@ -1,0 +1,33 @@
+// Backend: runs one collective on raw buffers across all ranks of its communicator.
+//
+// Contract: called only from the coordinator thread, on every rank with the same sequence
+// of calls and the same arguments except the buffers (the coordinator's negotiation makes it
+// so). Buffers are host memory for the MPI backend. A non-OK Status carries the backend
+// library's own error string; the coordinator fails the ops involved on this rank.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/common/types.h"
+
+namespace tfring {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // out = op over ranks of in, element-wise. `in == out` is allowed (in place).
+  // `op` is never kAverage: the coordinator reduces with kSum and scales.
+  virtual Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
+                           ReduceOp op) = 0;
+  // out = concatenation over ranks r of each rank's `in` (bytes_per_rank[r] bytes each).
+  virtual Status Allgather(const void* in, void* out,
+                           const std::vector<int64_t>& bytes_per_rank) = 0;
+  // Every rank's `buffer` receives root's `bytes` bytes.
+  virtual Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
+};
+
+}  // namespace tfring

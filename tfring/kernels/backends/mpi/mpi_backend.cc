@@ -1,0 +1,92 @@
+#include "tfring/kernels/backends/mpi/mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "tfring/kernels/backends/mpi/mpi_check.h"
+
+namespace tfring {
+namespace {
+
+MPI_Datatype NativeType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op NativeOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+    default: return MPI_SUM;
+  }
+}
+
+constexpr int64_t kMaxChunk = INT_MAX / 8;  // elements per MPI call: counts are ints
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiBackend::~MpiBackend() {
+  if (abandoned_) return;
+  half_.Free();
+  MPI_Comm_free(&comm_);
+}
+
+Status MpiBackend::Init() { return half_.Create(); }
+
+Status MpiBackend::Allreduce(const void* in, void* out, int64_t count, DataType dtype,
+                             ReduceOp op) {
+  const bool is_half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  const MPI_Datatype type = is_half ? half_.type(dtype) : NativeType(dtype);
+  const MPI_Op mpi_op = is_half ? half_.op(dtype, op) : NativeOp(op);
+  const size_t esize = DataTypeSize(dtype);
+  for (int64_t done = 0; done < count || (count == 0 && done == 0); done += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, count - done));
+    char* o = static_cast<char*>(out) + done * esize;
+    const char* i = static_cast<const char*>(in) + done * esize;
+    TFRING_MPI_CHECK(MPI_Allreduce(i == o ? MPI_IN_PLACE : i, o, n, type, mpi_op, comm_));
+    if (count == 0) break;
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Allgather(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) {
+  std::vector<int> counts(size_), displs(size_);
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (bytes_per_rank[r] > INT_MAX || total > INT_MAX) {
+      return Status::InvalidArgument(
+          "allgather of more than 2 GiB per call is not supported by the MPI backend; split "
+          "the tensor");
+    }
+    counts[r] = static_cast<int>(bytes_per_rank[r]);
+    displs[r] = static_cast<int>(total);
+    total += bytes_per_rank[r];
+  }
+  TFRING_MPI_CHECK(MPI_Allgatherv(in, counts[rank_], MPI_BYTE, out, counts.data(), displs.data(),
+                                  MPI_BYTE, comm_));
+  return Status::OK();
+}
+
+Status MpiBackend::Broadcast(void* buffer, int64_t bytes, int root) {
+  for (int64_t done = 0; done < bytes; done += INT_MAX) {
+    const int n = static_cast<int>(std::min<int64_t>(INT_MAX, bytes - done));
+    TFRING_MPI_CHECK(MPI_Bcast(static_cast<char*>(buffer) + done, n, MPI_BYTE, root, comm_));
+  }
+  return Status::OK();
+}
+
+}  // namespace tfring

@@ -1,0 +1,92 @@
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+
+#include <mutex>
+
+#include "tfring/kernels/backends/mpi/mpi_check.h"
+
+namespace tfring {
+namespace {
+
+std::mutex g_mutex;
+bool g_we_initialized = false;
+bool g_initialized = false;
+int g_thread_level = MPI_THREAD_SINGLE;
+ProcessLayout g_layout;
+
+Status ComputeLayout(ProcessLayout* l) {
+  TFRING_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &l->rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &l->size));
+  MPI_Comm local, cross;
+  TFRING_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
+  TFRING_MPI_CHECK(MPI_Comm_rank(local, &l->local_rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(local, &l->local_size));
+  TFRING_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, l->local_rank, l->rank, &cross));
+  TFRING_MPI_CHECK(MPI_Comm_rank(cross, &l->cross_rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(cross, &l->cross_size));
+  MPI_Comm_free(&local);
+  MPI_Comm_free(&cross);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MpiStatus(int rc, const char* call, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  return Status::Internal(std::string(call) + " failed: " + std::string(text, len) + " (" + file +
+                          ":" + std::to_string(line) + ")");
+}
+
+Status MpiContext::Initialize(ProcessLayout* layout) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_initialized) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized) {
+      return Status::FailedPrecondition(
+          "MPI was already finalized in this process; tfring cannot start again after MPI "
+          "has been shut down");
+    }
+    if (!initialized) {
+      TFRING_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &g_thread_level));
+      g_we_initialized = true;
+    } else {
+      MPI_Query_thread(&g_thread_level);
+    }
+    TFRING_RETURN_IF_ERROR(ComputeLayout(&g_layout));
+    g_initialized = true;
+  }
+  *layout = g_layout;
+  return Status::OK();
+}
+
+void MpiContext::Finalize() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_we_initialized) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  g_we_initialized = false;
+}
+
+bool MpiContext::threads_supported() { return g_thread_level == MPI_THREAD_MULTIPLE; }
+
+Status MpiContext::DupWorld(MPI_Comm* comm) {
+  TFRING_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, comm));
+  TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  return Status::OK();
+}
+
+std::string MpiContext::LibraryVersion() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, len);
+  const size_t eol = s.find_first_of(",\n");
+  return eol == std::string::npos ? s : s.substr(0, eol);
+}
+
+}  // namespace tfring

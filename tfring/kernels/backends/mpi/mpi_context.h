@@ -1,0 +1,36 @@
+// MpiContext: MPI's lifetime in this process and the process layout it reveals.
+//
+// Initializes MPI with MPI_THREAD_MULTIPLE unless someone (mpi4py, the application) already
+// did, and then finalizes it only if it initialized it. Communicators handed to the
+// control plane and the backend are duplicates of MPI_COMM_WORLD, so tfring's traffic never
+// matches the application's own MPI messages.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "tfring/kernels/common/status.h"
+
+namespace tfring {
+
+struct ProcessLayout {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // ranks on this host
+  int cross_rank = 0, cross_size = 1;  // this host among hosts (ranks with the same local_rank)
+};
+
+class MpiContext {
+ public:
+  // Idempotent. Fills `layout` on success.
+  static Status Initialize(ProcessLayout* layout);
+  // Finalizes MPI if tfring initialized it and MPI is still usable.
+  static void Finalize();
+  static bool threads_supported();
+  // A fresh duplicate of MPI_COMM_WORLD with errors returned, not fatal.
+  static Status DupWorld(MPI_Comm* comm);
+  // "Open MPI v5.0.11, ..." as MPI_Get_library_version reports it (first line).
+  static std::string LibraryVersion();
+};
+
+}  // namespace tfring

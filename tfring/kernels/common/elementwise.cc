@@ -1,0 +1,103 @@
+#include "tfring/kernels/common/elementwise.h"
+
+#include <algorithm>
+
+#include "tfring/kernels/common/half.h"
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace {
+
+template <typename T>
+T Combine(ReduceOp op, T a, T b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return static_cast<T>(a + b);
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kProduct: return static_cast<T>(a * b);
+  }
+  return a;
+}
+
+template <typename T>
+void ReduceTyped(ReduceOp op, const void* in, void* inout, int64_t count) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int64_t i = 0; i < count; ++i) b[i] = Combine<T>(op, b[i], a[i]);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void Reduce16(ReduceOp op, const void* in, void* inout, int64_t count) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int64_t i = 0; i < count; ++i) {
+    b[i] = FromFloat(Combine<float>(op, ToFloat(b[i]), ToFloat(a[i])));
+  }
+}
+
+template <typename T>
+void ScaleTyped(double factor, void* buf, int64_t count) {
+  T* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] * factor);
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void Scale16(double factor, void* buf, int64_t count) {
+  uint16_t* p = static_cast<uint16_t*>(buf);
+  const float f = static_cast<float>(factor);
+  for (int64_t i = 0; i < count; ++i) p[i] = FromFloat(ToFloat(p[i]) * f);
+}
+
+template <typename T>
+void FloorDivideTyped(int64_t divisor, void* buf, int64_t count) {
+  T* p = static_cast<T*>(buf);
+  const T d = static_cast<T>(divisor);
+  for (int64_t i = 0; i < count; ++i) {
+    T q = static_cast<T>(p[i] / d);
+    if ((p[i] % d != 0) && ((p[i] < 0) != (d < 0))) --q;  // C++ truncates; we floor
+    p[i] = q;
+  }
+}
+
+}  // namespace
+
+void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_t count) {
+  switch (dtype) {
+    case DataType::kUInt8: return ReduceTyped<uint8_t>(op, in, inout, count);
+    case DataType::kInt8: return ReduceTyped<int8_t>(op, in, inout, count);
+    case DataType::kInt32: return ReduceTyped<int32_t>(op, in, inout, count);
+    case DataType::kInt64: return ReduceTyped<int64_t>(op, in, inout, count);
+    case DataType::kFloat32: return ReduceTyped<float>(op, in, inout, count);
+    case DataType::kFloat64: return ReduceTyped<double>(op, in, inout, count);
+    case DataType::kFloat16: return Reduce16<HalfToFloat, FloatToHalf>(op, in, inout, count);
+    case DataType::kBFloat16:
+      return Reduce16<BFloat16ToFloat, FloatToBFloat16>(op, in, inout, count);
+    case DataType::kBool: break;
+  }
+  TFRING_CHECK(false) << "ReduceInto on non-reducible dtype " << DataTypeName(dtype);
+}
+
+void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count) {
+  switch (dtype) {
+    case DataType::kFloat32: return ScaleTyped<float>(factor, buf, count);
+    case DataType::kFloat64: return ScaleTyped<double>(factor, buf, count);
+    case DataType::kFloat16: return Scale16<HalfToFloat, FloatToHalf>(factor, buf, count);
+    case DataType::kBFloat16: return Scale16<BFloat16ToFloat, FloatToBFloat16>(factor, buf, count);
+    default: break;
+  }
+  TFRING_CHECK(false) << "ScaleInPlace on non-floating dtype " << DataTypeName(dtype);
+}
+
+void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count) {
+  switch (dtype) {
+    case DataType::kUInt8: return FloorDivideTyped<uint8_t>(divisor, buf, count);
+    case DataType::kInt8: return FloorDivideTyped<int8_t>(divisor, buf, count);
+    case DataType::kInt32: return FloorDivideTyped<int32_t>(divisor, buf, count);
+    case DataType::kInt64: return FloorDivideTyped<int64_t>(divisor, buf, count);
+    default: break;
+  }
+  TFRING_CHECK(false) << "FloorDivideInPlace on non-integer dtype " << DataTypeName(dtype);
+}
+
+}  // namespace tfring

@@ -1,0 +1,22 @@
+// Element-wise helpers on raw buffers, for every DataType: combining two buffers with a
+// reduction (used where MPI has no native op, and by the in-process test backend) and
+// scaling (prescale/postscale, Average).
+#pragma once
+
+#include <cstdint>
+
+#include "tfring/kernels/common/types.h"
+
+namespace tfring {
+
+// inout[i] = op(inout[i], in[i]) for i < count. `op` must not be kAverage (an Average is
+// a Sum followed by a scale).
+void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_t count);
+
+// buf[i] *= factor, computed in double (float for 16-bit types). Floating-point only.
+void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count);
+
+// buf[i] = floor(buf[i] / divisor), exact integer arithmetic: Average on integer tensors.
+void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count);
+
+}  // namespace tfring

@@ -1,0 +1,65 @@
+#include "tfring/kernels/common/options.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace tfring {
+namespace {
+
+Status ReadInt(const char* name, int64_t min_value, int64_t* out) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return Status::OK();
+  char* end = nullptr;
+  long long v = std::strtoll(raw, &end, 10);
+  if (*end != '\0' || v < min_value) {
+    return Status::InvalidArgument(std::string(name) + " must be an integer >= " +
+                                   std::to_string(min_value) + ". Received: '" + raw + "'");
+  }
+  *out = v;
+  return Status::OK();
+}
+
+Status ReadDouble(const char* name, double min_value, double* out) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return Status::OK();
+  char* end = nullptr;
+  double v = std::strtod(raw, &end);
+  if (*end != '\0' || !(v >= min_value)) {
+    return Status::InvalidArgument(std::string(name) + " must be a number >= " +
+                                   std::to_string(min_value) + ". Received: '" + raw + "'");
+  }
+  *out = v;
+  return Status::OK();
+}
+
+Status ReadLogLevel(LogLevel* out) {
+  const char* raw = std::getenv("TFRING_LOG_LEVEL");
+  if (raw == nullptr || *raw == '\0') return Status::OK();
+  const std::string v(raw);
+  if (v == "trace") *out = LogLevel::kTrace;
+  else if (v == "debug") *out = LogLevel::kDebug;
+  else if (v == "info") *out = LogLevel::kInfo;
+  else if (v == "warning") *out = LogLevel::kWarning;
+  else if (v == "error") *out = LogLevel::kError;
+  else
+    return Status::InvalidArgument(
+        "TFRING_LOG_LEVEL must be one of trace, debug, info, warning, error. Received: '" + v + "'");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Options::FromEnvironment(Options* o) {
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_FUSION_THRESHOLD", 0, &o->fusion_threshold_bytes));
+  TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_CYCLE_TIME", 0.0, &o->cycle_time_ms));
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_CACHE_CAPACITY", 0, &o->cache_capacity));
+  TFRING_RETURN_IF_ERROR(
+      ReadDouble("TFRING_STALL_CHECK_TIME_SECONDS", 0.0, &o->stall_check_time_seconds));
+  TFRING_RETURN_IF_ERROR(
+      ReadDouble("TFRING_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &o->stall_shutdown_time_seconds));
+  TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
+  TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
+  return Status::OK();
+}
+
+}  // namespace tfring

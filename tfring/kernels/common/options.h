@@ -1,0 +1,38 @@
+// Every TFRING_* environment setting, read once (at init) in one place.
+// Names and units mirror Horovod's HOROVOD_* settings. README.md has the same table.
+//
+//   variable                            unit     default   meaning
+//   TFRING_FUSION_THRESHOLD             bytes    67108864  largest fusion buffer; 0 disables fusion
+//   TFRING_CYCLE_TIME                   ms       1         longest an idle background thread sleeps
+//                                                          before it answers its peers again (an
+//                                                          enqueue always wakes it at once)
+//   TFRING_CACHE_CAPACITY               entries  1024      response cache size; 0 disables it
+//   TFRING_STALL_CHECK_TIME_SECONDS     s        60        warn about tensors some ranks lack; 0: off
+//   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        0         fail stalled ops after this; 0: never
+//   TFRING_PEER_TIMEOUT_SECONDS         s        30        a peer silent this long is lost
+//   TFRING_LOG_LEVEL                    -        warning   trace, debug, info, warning, error
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tfring/kernels/common/status.h"
+
+namespace tfring {
+
+enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4 };
+
+struct Options {
+  int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
+  double cycle_time_ms = 1.0;
+  int64_t cache_capacity = 1024;
+  double stall_check_time_seconds = 60.0;
+  double stall_shutdown_time_seconds = 0.0;
+  double peer_timeout_seconds = 30.0;
+  LogLevel log_level = LogLevel::kWarning;
+
+  // Reads the environment. A malformed value is an InvalidArgument naming the variable.
+  static Status FromEnvironment(Options* options);
+};
+
+}  // namespace tfring

@@ -1,0 +1,54 @@
+// Value types shared by every layer: element types, reduction ops, collective kinds.
+// The numeric values of ReduceOp are part of the Python API (tfring/collectives.py mirrors
+// them, and a unit test checks the two agree through the C API); keep them stable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfring {
+
+enum class DataType : uint8_t {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+};
+constexpr int kNumDataTypes = 9;
+
+// Same values as Horovod's (Average=0, Sum=1, Adasum=2, Min=3, Max=4, Product=5).
+enum class ReduceOp : uint8_t {
+  kAverage = 0,
+  kSum = 1,
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
+};
+
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+};
+
+size_t DataTypeSize(DataType dtype);
+const char* DataTypeName(DataType dtype);
+bool IsFloatingPoint(DataType dtype);
+// Whether `dtype` can be reduced (bool cannot; it can be gathered and broadcast).
+bool IsReducible(DataType dtype);
+bool IsValidReduceOp(int value);
+const char* ReduceOpName(ReduceOp op);
+const char* CollectiveKindName(CollectiveKind kind);
+
+using Shape = std::vector<int64_t>;
+int64_t NumElements(const Shape& shape);
+std::string ShapeToString(const Shape& shape);
+
+}  // namespace tfring

@@ -1,0 +1,505 @@
+#include "tfring/kernels/core/coordinator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "tfring/kernels/common/elementwise.h"
+#include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/fusion.h"
+
+namespace tfring {
+namespace {
+
+constexpr uint64_t kFlagNoNewRequests = 1;
+constexpr uint64_t kFlagNotShuttingDown = 2;
+constexpr double kCachedWaitDemoteSeconds = 1.0;
+constexpr auto kMinBackoff = std::chrono::microseconds(10);
+
+bool TestBit(const std::vector<uint64_t>& w, size_t base, int bit) {
+  return (w[base + bit / 64] >> (bit % 64)) & 1;
+}
+void SetBit(std::vector<uint64_t>* w, size_t base, int bit) {
+  (*w)[base + bit / 64] |= uint64_t{1} << (bit % 64);
+}
+void ClearBit(std::vector<uint64_t>* w, size_t base, int bit) {
+  (*w)[base + bit / 64] &= ~(uint64_t{1} << (bit % 64));
+}
+
+int64_t RowBytes(const Request& r) {
+  int64_t n = static_cast<int64_t>(DataTypeSize(r.dtype));
+  for (size_t d = 1; d < r.shape.size(); ++d) n *= r.shape[d];
+  return n;
+}
+
+int64_t TensorBytes(const Request& r) {
+  return NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
+                         std::unique_ptr<Backend> backend)
+    : options_(options),
+      control_plane_(std::move(control_plane)),
+      backend_(std::move(backend)),
+      rank_(control_plane_->rank()),
+      size_(control_plane_->size()),
+      cache_(options.cache_capacity),
+      negotiator_(size_) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TFRING_CHECK(!thread_.joinable()) << "Coordinator started twice";
+  accepting_ = true;
+  last_stall_warning_ = SteadyClock::now();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Coordinator::Enqueue(Entry entry) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!accepting_) {
+    Status s = stopped_status_.ok()
+                   ? Status::FailedPrecondition("tfring is not running (call tfring.init() first)")
+                   : stopped_status_;
+    lock.unlock();
+    entry.done(s);
+    return;
+  }
+  queue_.push_back(std::move(entry));
+  lock.unlock();
+  wake_.notify_one();
+}
+
+void Coordinator::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_requested_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Coordinator::peer_lost() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peer_lost_;
+}
+
+void Coordinator::Loop() {
+#ifdef __linux__
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
+#endif
+  const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
+  SteadyClock::duration backoff = SteadyClock::duration::zero();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const SteadyClock::duration wait = table_.empty() ? cycle_time : backoff;
+      if (wait > SteadyClock::duration::zero()) {
+        wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
+      }
+    }
+    bool progress = false, stop = false;
+    Status s = RunCycle(&progress, &stop);
+    if (!s.ok()) {
+      TFRING_LOG(kError) << s.message();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        peer_lost_ = true;
+      }
+      FailEverything(s);
+      return;
+    }
+    if (stop) return;
+    if (progress) {
+      backoff = SteadyClock::duration::zero();
+    } else {
+      backoff = std::min<SteadyClock::duration>(
+          std::max<SteadyClock::duration>(backoff * 2, kMinBackoff), cycle_time);
+    }
+  }
+}
+
+void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,
+                                 bool* progress) {
+  std::deque<Entry> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fresh.swap(queue_);
+  }
+  for (Entry& e : fresh) {
+    *progress = true;
+    const std::string name = e.request.name;
+    if (table_.count(name)) {
+      e.done(Status::InvalidArgument(
+          "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
+          ": a second op with the same name was submitted before the first finished. Give "
+          "each concurrent op its own name="));
+      continue;
+    }
+    Pending p{std::move(e), State::kToSend, -1, now};
+    const int slot = cache_.Find(name);
+    if (slot >= 0 && cache_.signature(slot).SameSignature(p.entry.request)) {
+      p.state = State::kCachedWaiting;
+      p.slot = slot;
+    } else {
+      if (slot >= 0) invalidate->push_back(slot);
+      send_order_.push_back(name);
+    }
+    table_.emplace(name, std::move(p));
+  }
+  // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
+  // where the stall inspector can name the ranks that have not submitted it.
+  for (auto& kv : table_) {
+    Pending& p = kv.second;
+    if (p.state == State::kCachedWaiting &&
+        std::chrono::duration<double>(now - p.since).count() > kCachedWaitDemoteSeconds) {
+      invalidate->push_back(p.slot);
+    }
+  }
+}
+
+Status Coordinator::RunCycle(bool* progress, bool* stop) {
+  const auto now = SteadyClock::now();
+  std::vector<int> invalidate;
+  TakeNewEntries(now, &invalidate, progress);
+  bool force_round = false;
+  if (rank_ == 0) CheckStalls(now, &force_round);
+
+  // Step 2: one AND-allreduce of flags, ready bits and still-valid bits.
+  const int nbits = cache_.num_bits();
+  const size_t nwords = (nbits + 63) / 64;
+  const size_t ready_base = 1, valid_base = 1 + nwords;
+  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  bool shutting_down;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutting_down = shutdown_requested_;
+  }
+  if (send_order_.empty() && !force_round) words[0] |= kFlagNoNewRequests;
+  if (!shutting_down) words[0] |= kFlagNotShuttingDown;
+  for (size_t i = 0; i < nwords; ++i) words[valid_base + i] = ~uint64_t{0};
+  for (int slot : invalidate) ClearBit(&words, valid_base, slot);
+  for (const auto& kv : table_) {
+    if (kv.second.state == State::kCachedWaiting) SetBit(&words, ready_base, kv.second.slot);
+  }
+  for (int slot : invalidate) ClearBit(&words, ready_base, slot);
+  TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(&words));
+
+  std::vector<Response> execute;
+  for (int slot = 0; slot < nbits; ++slot) {
+    if (!TestBit(words, valid_base, slot)) {
+      cache_.Erase(slot);
+      *progress = true;
+      for (auto& kv : table_) {
+        if (kv.second.state == State::kCachedWaiting && kv.second.slot == slot) {
+          kv.second.state = State::kToSend;
+          kv.second.slot = -1;
+          send_order_.push_back(kv.first);
+        }
+      }
+    } else if (TestBit(words, ready_base, slot)) {
+      execute.push_back(cache_.response(slot));
+    }
+  }
+
+  // Step 3: a negotiation round when any rank has new requests.
+  if (!(words[0] & kFlagNoNewRequests)) {
+    TFRING_RETURN_IF_ERROR(Negotiate(&execute, stop));
+    *progress = true;
+  }
+
+  // Step 4: execute.
+  if (!execute.empty()) {
+    *progress = true;
+    Execute(execute);
+  }
+  if (*stop) return Status::OK();
+  if (!(words[0] & kFlagNotShuttingDown)) {
+    FailEverything(Status::Aborted(
+        shutting_down ? "tfring was shut down while this op was pending"
+                      : "tfring was shut down on another rank while this op was pending"));
+    *stop = true;
+  }
+  return Status::OK();
+}
+
+Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
+  std::vector<Request> mine;
+  for (const std::string& name : send_order_) {
+    auto it = table_.find(name);
+    if (it == table_.end() || it->second.state != State::kToSend) continue;
+    it->second.state = State::kSent;
+    mine.push_back(it->second.entry.request);
+  }
+  send_order_.clear();
+
+  std::vector<std::string> gathered;
+  TFRING_RETURN_IF_ERROR(control_plane_->GatherToRoot(EncodeRequests(mine), &gathered));
+  std::string bytes;
+  if (rank_ == 0) {
+    const auto now = SteadyClock::now();
+    for (int r = 0; r < size_; ++r) {
+      std::vector<Request> reqs;
+      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], &reqs));
+      for (const Request& req : reqs) negotiator_.Add(r, req, now);
+    }
+    ResponseList list;
+    list.responses = negotiator_.TakeReady();
+    if (options_.stall_shutdown_time_seconds > 0) {
+      auto stalled = negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now);
+      if (!stalled.empty()) {
+        list.abort_message =
+            "tfring stopped because tensors stalled for more than "
+            "TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
+            std::to_string(static_cast<int>(options_.stall_shutdown_time_seconds)) +
+            " s: " + DescribeStalled(stalled) +
+            ". Every rank must submit the same collectives; a rank that is missing them runs "
+            "a different code path, is behind, or has hung.";
+      }
+    }
+    bytes = EncodeResponseList(list);
+  }
+  TFRING_RETURN_IF_ERROR(control_plane_->BroadcastFromRoot(&bytes));
+  ResponseList list;
+  TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, &list));
+  for (Response& r : list.responses) {
+    if (r.ok() && r.cacheable) {
+      auto it = table_.find(r.name);
+      TFRING_CHECK(it != table_.end()) << "negotiated '" << r.name << "' is not pending here";
+      cache_.Put(r, it->second.entry.request);
+    }
+    execute->push_back(std::move(r));
+  }
+  if (!list.abort_message.empty()) {
+    TFRING_LOG(kError) << list.abort_message;
+    Execute(*execute);
+    execute->clear();
+    FailEverything(Status::Aborted(list.abort_message));
+    *stop = true;
+  }
+  return Status::OK();
+}
+
+void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
+  if (options_.stall_shutdown_time_seconds > 0 &&
+      !negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now).empty()) {
+    *force_round = true;  // the abort travels in a negotiation round's broadcast
+  }
+  if (options_.stall_check_time_seconds <= 0) return;
+  if (std::chrono::duration<double>(now - last_stall_warning_).count() <
+      options_.stall_check_time_seconds) {
+    return;
+  }
+  auto stalled = negotiator_.PendingOlderThan(options_.stall_check_time_seconds, now);
+  if (stalled.empty()) return;
+  last_stall_warning_ = now;
+  TFRING_LOG(kWarning) << "Stalled collectives: some ranks submitted tensors that others have "
+                          "not for more than "
+                       << options_.stall_check_time_seconds << " s: " << DescribeStalled(stalled)
+                       << ". Ranks may be running different code paths or one may be hung. "
+                          "Set TFRING_STALL_SHUTDOWN_TIME_SECONDS to fail such ops instead.";
+}
+
+void Coordinator::Finish(const std::string& name, const Status& status) {
+  auto it = table_.find(name);
+  TFRING_CHECK(it != table_.end()) << "finishing '" << name << "' which is not pending";
+  auto done = std::move(it->second.entry.done);
+  table_.erase(it);
+  done(status);
+}
+
+void Coordinator::FailEverything(const Status& status) {
+  std::deque<Entry> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    stopped_status_ = status;
+    queued.swap(queue_);
+  }
+  std::vector<std::string> names;
+  for (const auto& kv : table_) names.push_back(kv.first);
+  for (const auto& n : names) {
+    Finish(n, Status(status.code(), status.message() + " (tensor '" + n + "', rank " +
+                                        std::to_string(rank_) + ")"));
+  }
+  send_order_.clear();
+  for (Entry& e : queued) e.done(status);
+}
+
+char* Coordinator::FusionBuffer(size_t which, size_t bytes) {
+  std::vector<char>& b = fusion_buffers_[which];
+  if (b.size() < bytes) b.resize(bytes);
+  return b.data();
+}
+
+void Coordinator::Execute(const std::vector<Response>& responses) {
+  std::vector<FusionItem> items;
+  std::vector<Entry*> entries;
+  for (const Response& r : responses) {
+    auto it = table_.find(r.name);
+    TFRING_CHECK(it != table_.end()) << "response for '" << r.name << "' which is not pending";
+    if (!r.ok()) {
+      Finish(r.name, Status::InvalidArgument(r.error));
+      continue;
+    }
+    Entry* e = &it->second.entry;
+    int64_t bytes = TensorBytes(e->request);
+    if (r.kind == CollectiveKind::kAllgather) {
+      int64_t rows = 0;
+      for (int64_t d : r.first_dims) rows += d;
+      bytes = rows * RowBytes(e->request);
+    }
+    items.push_back({&r, bytes});
+    entries.push_back(e);
+  }
+  for (const std::vector<int>& group : PlanFusion(items, options_.fusion_threshold_bytes)) {
+    std::vector<Entry*> es;
+    std::vector<const Response*> rs;
+    for (int i : group) {
+      es.push_back(entries[i]);
+      rs.push_back(items[i].response);
+    }
+    const Response& head = *rs[0];
+    Status s;
+    switch (head.kind) {
+      case CollectiveKind::kAllreduce: s = ExecuteAllreduce(es, head); break;
+      case CollectiveKind::kAllgather: s = ExecuteAllgather(es, rs); break;
+      case CollectiveKind::kBroadcast: s = ExecuteBroadcast(es, head); break;
+    }
+    for (const Response* r : rs) Finish(r->name, s);
+  }
+}
+
+void Coordinator::Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count) {
+  const DataType dtype = e.request.dtype;
+  double factor = e.request.postscale_factor;
+  if (IsFloatingPoint(dtype)) {
+    if (op == ReduceOp::kAverage) factor /= size_;
+    if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
+  } else if (op == ReduceOp::kAverage) {
+    FloorDivideInPlace(dtype, size_, buffer, count);
+  }
+}
+
+Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Response& r) {
+  const DataType dtype = r.dtype;
+  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const size_t esize = DataTypeSize(dtype);
+  if (group.size() == 1) {
+    // A lone tensor goes straight from its input to its output: no fusion-buffer copy.
+    Entry& e = *group[0];
+    const int64_t count = NumElements(e.request.shape);
+    const void* in = e.input;
+    if (e.request.prescale_factor != 1.0) {
+      std::memcpy(e.output, e.input, count * esize);
+      ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
+      in = e.output;
+    }
+    TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
+    Postprocess(e, r.reduce_op, e.output, count);
+    return Status::OK();
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += NumElements(e->request.shape);
+  char* buffer = FusionBuffer(0, total * esize);
+  int64_t offset = 0;
+  for (Entry* e : group) {
+    const int64_t count = NumElements(e->request.shape);
+    std::memcpy(buffer + offset * esize, e->input, count * esize);
+    if (e->request.prescale_factor != 1.0) {
+      ScaleInPlace(dtype, e->request.prescale_factor, buffer + offset * esize, count);
+    }
+    offset += count;
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
+  offset = 0;
+  for (Entry* e : group) {
+    const int64_t count = NumElements(e->request.shape);
+    Postprocess(*e, r.reduce_op, buffer + offset * esize, count);
+    std::memcpy(e->output, buffer + offset * esize, count * esize);
+    offset += count;
+  }
+  return Status::OK();
+}
+
+Status Coordinator::ExecuteAllgather(const std::vector<Entry*>& group,
+                                     const std::vector<const Response*>& rs) {
+  // Allocate every output first: its first dimension is the sum over ranks.
+  for (size_t i = 0; i < group.size(); ++i) {
+    Entry& e = *group[i];
+    Shape shape = e.request.shape;
+    shape[0] = 0;
+    for (int64_t d : rs[i]->first_dims) shape[0] += d;
+    TFRING_RETURN_IF_ERROR(e.allocate_output(shape, &e.output));
+  }
+  std::vector<int64_t> bytes_per_rank(size_, 0);
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int64_t row = RowBytes(group[i]->request);
+    for (int r = 0; r < size_; ++r) bytes_per_rank[r] += rs[i]->first_dims[r] * row;
+  }
+  if (group.size() == 1) {
+    return backend_->Allgather(group[0]->input, group[0]->output, bytes_per_rank);
+  }
+  // Fused: rank r's block holds its tensors back to back; unpack tensor i's rows from each
+  // rank's block into output i, in rank order.
+  int64_t total = 0;
+  for (int64_t b : bytes_per_rank) total += b;
+  char* send = FusionBuffer(0, bytes_per_rank[rank_]);
+  char* recv = FusionBuffer(1, total);
+  int64_t offset = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
+    std::memcpy(send + offset, group[i]->input, n);
+    offset += n;
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, bytes_per_rank));
+  std::vector<int64_t> out_offset(group.size(), 0);
+  int64_t block = 0;
+  for (int r = 0; r < size_; ++r) {
+    int64_t at = block;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const int64_t n = rs[i]->first_dims[r] * RowBytes(group[i]->request);
+      std::memcpy(static_cast<char*>(group[i]->output) + out_offset[i], recv + at, n);
+      out_offset[i] += n;
+      at += n;
+    }
+    block += bytes_per_rank[r];
+  }
+  return Status::OK();
+}
+
+Status Coordinator::ExecuteBroadcast(const std::vector<Entry*>& group, const Response& r) {
+  const bool is_root = rank_ == r.root_rank;
+  if (group.size() == 1) {
+    Entry& e = *group[0];
+    const int64_t bytes = TensorBytes(e.request);
+    if (is_root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
+    return backend_->Broadcast(e.output, bytes, r.root_rank);
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += TensorBytes(e->request);
+  char* buffer = FusionBuffer(0, total);
+  int64_t offset = 0;
+  if (is_root) {
+    for (Entry* e : group) {
+      std::memcpy(buffer + offset, e->input, TensorBytes(e->request));
+      offset += TensorBytes(e->request);
+    }
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
+  offset = 0;
+  for (Entry* e : group) {
+    if (e->output != buffer + offset) std::memcpy(e->output, buffer + offset, TensorBytes(e->request));
+    offset += TensorBytes(e->request);
+  }
+  return Status::OK();
+}
+
+}  // namespace tfring

@@ -1,0 +1,119 @@
+// Coordinator: the one background thread per process that turns submitted tensors into
+// collectives executed in the same order on every rank.
+//
+// Who calls what:
+//  - Any thread (TF kernels, tests) calls Enqueue(); it never blocks on communication.
+//  - The coordinator's own thread is the only caller of the ControlPlane and the Backend,
+//    and the only thread that runs `done` callbacks of queued entries.
+//  - Start() and Shutdown() are called by the owner (the global runtime), once each.
+//
+// The cycle, run in lockstep by every rank (each step is a collective of the control plane):
+//  1. Take newly enqueued entries. A name already in flight fails at once. An entry whose
+//     name and signature are in the response cache waits on its cache bit; any other entry
+//     is a new request. A cached name arriving with another signature invalidates its slot.
+//  2. AND-allreduce one bit set: a flag word (bit 0: "I have no new requests", bit 1: "I am
+//     not shutting down"), then a "ready" bit per cache slot, then a "still valid" bit per
+//     slot. A slot ready on every rank is executed without rank 0. An invalidated slot is
+//     erased on every rank, and entries waiting on it become new requests.
+//  3. If any rank has new requests, a negotiation round: every rank gathers its requests
+//     to rank 0; rank 0's Negotiator checks tensors every rank has submitted and
+//     broadcasts their Responses (or errors, or an abort after a stall); every rank adds
+//     the successful cacheable ones to its cache in list order, so caches stay identical.
+//  4. Execute: cache hits (slot order), then negotiated responses (list order), planned
+//     into fusion groups (fusion.h), each one backend call; then `done` for each entry.
+// The thread sleeps between cycles only while it has nothing pending: an Enqueue wakes it
+// at once, so a lone tensor never waits for a timer. With entries pending but no progress
+// it backs off from 10 us up to TFRING_CYCLE_TIME, so waiting for a slow peer costs no CPU.
+//
+// A cached entry that waits more than a second for its peers gives up its slot (step 2), so
+// that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/common/options.h"
+#include "tfring/kernels/core/control_plane.h"
+#include "tfring/kernels/core/entry.h"
+#include "tfring/kernels/core/negotiator.h"
+#include "tfring/kernels/core/response_cache.h"
+
+namespace tfring {
+
+class Coordinator {
+ public:
+  Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
+              std::unique_ptr<Backend> backend);
+  ~Coordinator();  // Shutdown() if still running
+
+  void Start();
+  // Thread-safe. If the coordinator is not running, calls entry.done(error) right away.
+  void Enqueue(Entry entry);
+  // Asks every rank to stop at the next cycle, fails this rank's pending entries, and waits
+  // for the background thread to end. Idempotent.
+  void Shutdown();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // True when the control plane failed (a peer died or stopped answering): its
+  // communicator must not be used again, not even to finalize.
+  bool peer_lost() const;
+
+ private:
+  enum class State { kToSend, kSent, kCachedWaiting };
+  struct Pending {
+    Entry entry;
+    State state;
+    int slot = -1;
+    SteadyClock::time_point since;
+  };
+
+  void Loop();
+  // One cycle; sets *progress if anything was taken, executed or changed.
+  Status RunCycle(bool* progress, bool* stop);
+  void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
+  Status Negotiate(std::vector<Response>* execute, bool* stop);
+  void Execute(const std::vector<Response>& responses);
+  Status ExecuteAllreduce(const std::vector<Entry*>& group, const Response& r);
+  Status ExecuteAllgather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs);
+  Status ExecuteBroadcast(const std::vector<Entry*>& group, const Response& r);
+  void Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count);
+  void Finish(const std::string& name, const Status& status);
+  void FailEverything(const Status& status);
+  void CheckStalls(SteadyClock::time_point now, bool* force_round);
+  char* FusionBuffer(size_t which, size_t bytes);
+
+  const Options options_;
+  std::unique_ptr<ControlPlane> control_plane_;
+  std::unique_ptr<Backend> backend_;
+  const int rank_;
+  const int size_;
+
+  // Shared with Enqueue/Shutdown callers.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Entry> queue_;
+  bool accepting_ = false;
+  bool shutdown_requested_ = false;
+  Status stopped_status_;
+  bool peer_lost_ = false;
+  std::thread thread_;
+
+  // Owned by the background thread.
+  std::unordered_map<std::string, Pending> table_;
+  std::vector<std::string> send_order_;  // names in kToSend, submission order
+  ResponseCache cache_;
+  Negotiator negotiator_;  // used on rank 0 only
+  std::vector<char> fusion_buffers_[2];
+  SteadyClock::time_point last_stall_warning_;
+};
+
+}  // namespace tfring

@@ -1,0 +1,27 @@
+// An Entry: one submitted tensor, from the moment an op enqueues it until its done callback.
+// Framework-neutral: the TF glue fills it from a kernel's context; the C++ tests fill it from
+// plain vectors.
+#pragma once
+
+#include <functional>
+
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/core/message.h"
+
+namespace tfring {
+
+struct Entry {
+  Request request;  // name, collective, dtype, shape, reduce op, root, scale factors
+  const void* input = nullptr;
+  // Allreduce and broadcast: preallocated, same shape as the input (may alias it on the
+  // broadcast root). Allgather: null until allocate_output runs.
+  void* output = nullptr;
+  // Allgather only: allocates the output for `shape` (known after negotiation) and returns
+  // its buffer. Called on the background thread.
+  std::function<Status(const Shape& shape, void** buffer)> allocate_output;
+  // Called exactly once, on the background thread (or on the caller's thread when the op
+  // fails before it is queued).
+  std::function<void(const Status&)> done;
+};
+
+}  // namespace tfring

@@ -1,0 +1,43 @@
+#include "tfring/kernels/core/fusion.h"
+
+namespace tfring {
+namespace {
+
+bool Compatible(const Response& a, const Response& b) {
+  if (a.kind != b.kind || a.dtype != b.dtype) return false;
+  if (a.kind == CollectiveKind::kAllreduce) return a.reduce_op == b.reduce_op;
+  if (a.kind == CollectiveKind::kBroadcast) return a.root_rank == b.root_rank;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> PlanFusion(const std::vector<FusionItem>& items,
+                                         int64_t threshold_bytes) {
+  std::vector<std::vector<int>> groups;
+  std::vector<int64_t> group_bytes;
+  for (int i = 0; i < static_cast<int>(items.size()); ++i) {
+    const FusionItem& item = items[i];
+    int target = -1;
+    if (item.bytes < threshold_bytes) {
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const FusionItem& head = items[groups[g][0]];
+        if (head.bytes < threshold_bytes && Compatible(*head.response, *item.response) &&
+            group_bytes[g] + item.bytes <= threshold_bytes) {
+          target = static_cast<int>(g);
+          break;
+        }
+      }
+    }
+    if (target < 0) {
+      groups.push_back({i});
+      group_bytes.push_back(item.bytes);
+    } else {
+      groups[target].push_back(i);
+      group_bytes[target] += item.bytes;
+    }
+  }
+  return groups;
+}
+
+}  // namespace tfring

@@ -1,0 +1,25 @@
+// Fusion planning: which ready tensors share one fusion buffer and one backend call.
+//
+// A pure function of the (identical on every rank) ordered response list, so every rank
+// forms the same groups. Tensors are grouped when they have the same collective, dtype and
+// reduce op (and root, for broadcast) and the group's bytes stay within the threshold. A
+// tensor at or above the threshold travels alone (and then needs no copy at all).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tfring/kernels/core/message.h"
+
+namespace tfring {
+
+struct FusionItem {
+  const Response* response;
+  int64_t bytes;  // bytes this tensor adds to the fusion buffer
+};
+
+// Returns groups of indices into `items`, ordered by each group's first member.
+std::vector<std::vector<int>> PlanFusion(const std::vector<FusionItem>& items,
+                                         int64_t threshold_bytes);
+
+}  // namespace tfring

@@ -1,0 +1,149 @@
+#include "tfring/kernels/core/message.h"
+
+#include <cstring>
+
+namespace tfring {
+namespace {
+
+// Little-endian-as-the-host encoding: every rank of a job runs the same binary layout.
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(&out_[at], &v, sizeof(T));
+  }
+  void PutString(const std::string& s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void PutInts(const std::vector<int64_t>& v) {
+    Put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (int64_t x : v) Put<int64_t>(x);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (pos_ + sizeof(T) > in_.size()) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + n > in_.size()) return false;
+    s->assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool GetInts(std::vector<int64_t>* v) {
+    uint32_t n;
+    if (!Get(&n)) return false;
+    v->resize(n);
+    for (auto& x : *v)
+      if (!Get(&x)) return false;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+Status Corrupt(const char* what) {
+  return Status::Internal(std::string("corrupt ") + what + " message on the control plane");
+}
+
+}  // namespace
+
+bool Request::SameSignature(const Request& o) const {
+  return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
+         root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
+         postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable;
+}
+
+std::string EncodeRequests(const std::vector<Request>& requests) {
+  Writer w;
+  w.Put<uint32_t>(static_cast<uint32_t>(requests.size()));
+  for (const Request& r : requests) {
+    w.PutString(r.name);
+    w.Put<uint8_t>(static_cast<uint8_t>(r.kind));
+    w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
+    w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
+    w.Put<uint8_t>(r.cacheable ? 1 : 0);
+    w.Put<int32_t>(r.root_rank);
+    w.Put<double>(r.prescale_factor);
+    w.Put<double>(r.postscale_factor);
+    w.PutInts(r.shape);
+  }
+  return w.Take();
+}
+
+Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) {
+  Reader rd(bytes);
+  uint32_t n;
+  if (!rd.Get(&n)) return Corrupt("request");
+  requests->resize(n);
+  for (Request& r : *requests) {
+    uint8_t kind, dtype, op, cacheable;
+    if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
+        !rd.Get(&cacheable) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale_factor) ||
+        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape)) {
+      return Corrupt("request");
+    }
+    r.kind = static_cast<CollectiveKind>(kind);
+    r.dtype = static_cast<DataType>(dtype);
+    r.reduce_op = static_cast<ReduceOp>(op);
+    r.cacheable = cacheable != 0;
+  }
+  return rd.done() ? Status::OK() : Corrupt("request");
+}
+
+std::string EncodeResponseList(const ResponseList& list) {
+  Writer w;
+  w.PutString(list.abort_message);
+  w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
+  for (const Response& r : list.responses) {
+    w.PutString(r.name);
+    w.Put<uint8_t>(static_cast<uint8_t>(r.kind));
+    w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
+    w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
+    w.Put<uint8_t>(r.cacheable ? 1 : 0);
+    w.Put<int32_t>(r.root_rank);
+    w.PutInts(r.first_dims);
+    w.PutString(r.error);
+  }
+  return w.Take();
+}
+
+Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
+  Reader rd(bytes);
+  uint32_t n;
+  if (!rd.GetString(&list->abort_message) || !rd.Get(&n)) return Corrupt("response");
+  list->responses.resize(n);
+  for (Response& r : list->responses) {
+    uint8_t kind, dtype, op, cacheable;
+    if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
+        !rd.Get(&cacheable) || !rd.Get(&r.root_rank) || !rd.GetInts(&r.first_dims) ||
+        !rd.GetString(&r.error)) {
+      return Corrupt("response");
+    }
+    r.kind = static_cast<CollectiveKind>(kind);
+    r.dtype = static_cast<DataType>(dtype);
+    r.reduce_op = static_cast<ReduceOp>(op);
+    r.cacheable = cacheable != 0;
+  }
+  return rd.done() ? Status::OK() : Corrupt("response");
+}
+
+}  // namespace tfring

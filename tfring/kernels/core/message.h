@@ -1,0 +1,55 @@
+// What ranks tell rank 0 (Requests) and what rank 0 tells every rank (Responses), and the
+// byte encoding both travel in. Plain structs; no behaviour beyond comparison and encoding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/common/types.h"
+
+namespace tfring {
+
+// One rank's description of one tensor it has submitted.
+struct Request {
+  std::string name;
+  CollectiveKind kind = CollectiveKind::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce only
+  int32_t root_rank = 0;                // broadcast only
+  double prescale_factor = 1.0;         // allreduce only
+  double postscale_factor = 1.0;        // allreduce only
+  Shape shape;
+  bool cacheable = true;  // false for auto-named eager ops: their names never recur
+
+  // Whether two requests describe the same collective (what the response cache keys on).
+  bool SameSignature(const Request& other) const;
+};
+
+// Rank 0's decision about one tensor, executed by every rank in list order.
+struct Response {
+  std::string name;
+  CollectiveKind kind = CollectiveKind::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root_rank = 0;
+  std::vector<int64_t> first_dims;  // allgather: first dimension of each rank's tensor
+  bool cacheable = false;
+  std::string error;  // non-empty: fail the op on every rank with this message
+
+  bool ok() const { return error.empty(); }
+};
+
+// Sent by rank 0 after each full negotiation round.
+struct ResponseList {
+  std::vector<Response> responses;
+  std::string abort_message;  // non-empty: every rank fails all pending ops and stops
+};
+
+std::string EncodeRequests(const std::vector<Request>& requests);
+Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests);
+std::string EncodeResponseList(const ResponseList& list);
+Status DecodeResponseList(const std::string& bytes, ResponseList* list);
+
+}  // namespace tfring

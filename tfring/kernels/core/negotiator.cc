@@ -1,0 +1,143 @@
+#include "tfring/kernels/core/negotiator.h"
+
+#include <sstream>
+
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace {
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string Mismatch(const std::string& what, const std::string& name, int r0,
+                     const std::string& v0, int r, const std::string& v) {
+  return "Mismatched " + what + " for tensor '" + name + "': rank " + std::to_string(r0) +
+         " sent " + v0 + ", rank " + std::to_string(r) + " sent " + v;
+}
+
+}  // namespace
+
+Negotiator::Negotiator(int size) : size_(size) {}
+
+void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point now) {
+  auto it = pending_.find(request.name);
+  if (it == pending_.end()) {
+    Slot slot;
+    slot.by_rank.resize(size_);
+    slot.present.assign(size_, false);
+    slot.first_seen = now;
+    it = pending_.emplace(request.name, std::move(slot)).first;
+  }
+  Slot& slot = it->second;
+  TFRING_CHECK(!slot.present[rank]) << "rank " << rank << " submitted '" << request.name
+                                    << "' twice";
+  slot.by_rank[rank] = request;
+  slot.present[rank] = true;
+  if (++slot.count == size_) completed_order_.push_back(request.name);
+}
+
+std::vector<Response> Negotiator::TakeReady() {
+  std::vector<Response> out;
+  out.reserve(completed_order_.size());
+  for (const std::string& name : completed_order_) {
+    auto it = pending_.find(name);
+    out.push_back(Validate(it->second));
+    pending_.erase(it);
+  }
+  completed_order_.clear();
+  return out;
+}
+
+Response Negotiator::Validate(const Slot& slot) const {
+  const Request& first = slot.by_rank[0];
+  Response resp;
+  resp.name = first.name;
+  resp.kind = first.kind;
+  resp.dtype = first.dtype;
+  resp.reduce_op = first.reduce_op;
+  resp.root_rank = first.root_rank;
+  resp.cacheable = first.kind != CollectiveKind::kAllgather;  // gathered sizes may change
+  for (int r = 0; r < size_; ++r) {
+    const Request& req = slot.by_rank[r];
+    resp.cacheable = resp.cacheable && req.cacheable;
+    if (r == 0) continue;
+    const std::string& n = first.name;
+    if (req.kind != first.kind) {
+      resp.error = Mismatch("collectives", n, 0, CollectiveKindName(first.kind), r,
+                            CollectiveKindName(req.kind));
+    } else if (req.dtype != first.dtype) {
+      resp.error = Mismatch("data types", n, 0, DataTypeName(first.dtype), r,
+                            DataTypeName(req.dtype));
+    } else if (first.kind == CollectiveKind::kAllgather) {
+      bool same = req.shape.size() == first.shape.size();
+      for (size_t d = 1; same && d < req.shape.size(); ++d) same = req.shape[d] == first.shape[d];
+      if (!same) {
+        resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r,
+                              ShapeToString(req.shape)) +
+                     " (allgather needs every dimension but the first to agree)";
+      }
+    } else if (req.shape != first.shape) {
+      resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r, ShapeToString(req.shape));
+    } else if (first.kind == CollectiveKind::kAllreduce && req.reduce_op != first.reduce_op) {
+      resp.error = Mismatch("reduce ops", n, 0, ReduceOpName(first.reduce_op), r,
+                            ReduceOpName(req.reduce_op));
+    } else if (first.kind == CollectiveKind::kAllreduce &&
+               req.prescale_factor != first.prescale_factor) {
+      resp.error = Mismatch("prescale_factor", n, 0, Num(first.prescale_factor), r,
+                            Num(req.prescale_factor));
+    } else if (first.kind == CollectiveKind::kAllreduce &&
+               req.postscale_factor != first.postscale_factor) {
+      resp.error = Mismatch("postscale_factor", n, 0, Num(first.postscale_factor), r,
+                            Num(req.postscale_factor));
+    } else if (first.kind == CollectiveKind::kBroadcast && req.root_rank != first.root_rank) {
+      resp.error = Mismatch("root ranks", n, 0, "root_rank=" + std::to_string(first.root_rank), r,
+                            "root_rank=" + std::to_string(req.root_rank));
+    }
+    if (!resp.error.empty()) break;
+  }
+  if (resp.ok() && first.kind == CollectiveKind::kAllgather) {
+    for (int r = 0; r < size_; ++r) resp.first_dims.push_back(slot.by_rank[r].shape[0]);
+  }
+  if (!resp.ok()) resp.cacheable = false;
+  return resp;
+}
+
+std::vector<Negotiator::Stalled> Negotiator::PendingOlderThan(double min_age_seconds,
+                                                              SteadyClock::time_point now) const {
+  std::vector<Stalled> out;
+  for (const auto& kv : pending_) {
+    const double age = std::chrono::duration<double>(now - kv.second.first_seen).count();
+    if (age < min_age_seconds || kv.second.count == size_) continue;
+    Stalled s{kv.first, {}, {}, age};
+    for (int r = 0; r < size_; ++r) (kv.second.present[r] ? s.submitted : s.missing).push_back(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled) {
+  std::string s;
+  for (size_t i = 0; i < stalled.size(); ++i) {
+    if (i == 8) {
+      s += "; and " + std::to_string(stalled.size() - i) + " more";
+      break;
+    }
+    const auto& t = stalled[i];
+    s += (i ? "; '" : "'") + t.name + "' (submitted by ranks " + RankList(t.submitted) +
+         ", missing on ranks " + RankList(t.missing) + ", waiting " +
+         std::to_string(static_cast<int>(t.waited_seconds)) + " s)";
+  }
+  return s;
+}
+
+}  // namespace tfring

@@ -1,0 +1,67 @@
+// The negotiator: rank 0's record of which ranks have submitted which tensors.
+//
+// A pure state machine (no threads, no I/O), so it is tested directly. Rank 0's coordinator
+// feeds it every rank's new Requests after each gather, in rank order, and takes the
+// Responses for tensors that every rank has now submitted, in the order they became
+// complete. Because only rank 0 decides that order and broadcasts it, every rank executes
+// the same collectives in the same order whatever order ops were submitted in locally.
+//
+// A completed tensor is checked before it is released: same collective, dtype, shape (all
+// dimensions for allreduce and broadcast, all but the first for allgather), reduce op,
+// scale factors and root rank on every rank. A mismatch becomes an error Response naming
+// the tensor, what differs, and the ranks, which fails the op on every rank.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tfring/kernels/core/message.h"
+
+namespace tfring {
+
+using SteadyClock = std::chrono::steady_clock;
+
+class Negotiator {
+ public:
+  explicit Negotiator(int size);
+
+  // Records that `rank` submitted `request`. A second request for a name the same rank
+  // already has pending is an invariant failure (the coordinator rejects it first).
+  void Add(int rank, const Request& request, SteadyClock::time_point now);
+
+  // Responses for every tensor all ranks have now submitted, oldest completion first.
+  std::vector<Response> TakeReady();
+
+  struct Stalled {
+    std::string name;
+    std::vector<int> submitted;
+    std::vector<int> missing;
+    double waited_seconds;
+  };
+  // Tensors some but not all ranks have submitted, pending for at least `min_age_seconds`.
+  std::vector<Stalled> PendingOlderThan(double min_age_seconds, SteadyClock::time_point now) const;
+
+  size_t num_pending() const { return pending_.size(); }
+
+ private:
+  struct Slot {
+    std::vector<Request> by_rank;
+    std::vector<bool> present;
+    int count = 0;
+    SteadyClock::time_point first_seen;
+  };
+
+  Response Validate(const Slot& slot) const;
+
+  int size_;
+  std::unordered_map<std::string, Slot> pending_;
+  std::vector<std::string> completed_order_;
+};
+
+// Renders a stall report for the log or for an error, e.g.
+// "'grad/w' (submitted by ranks [0]; missing on ranks [1]; waiting 61 s)".
+std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled);
+
+}  // namespace tfring

@@ -1,0 +1,60 @@
+// The C API that tfring/runtime.py calls through ctypes: lifetime and process layout.
+// Collectives do not go through here; they are TensorFlow ops (tf/kernels.cc).
+#include <cstring>
+#include <string>
+
+#include "tfring/kernels/runtime/global_runtime.h"
+
+using tfring::GlobalRuntime;
+
+namespace {
+int Layout(int tfring::ProcessLayout::*field) {
+  if (!GlobalRuntime::Get().initialized()) return -1;
+  return GlobalRuntime::Get().layout().*field;
+}
+}  // namespace
+
+extern "C" {
+
+// Returns 0 on success, else the StatusCode, with the message copied into `error`.
+int tfring_init(char* error, int error_len) {
+  tfring::Status s = GlobalRuntime::Get().Init();
+  if (!s.ok() && error_len > 0) {
+    std::strncpy(error, s.message().c_str(), error_len - 1);
+    error[error_len - 1] = '\0';
+  }
+  return static_cast<int>(s.code());
+}
+
+void tfring_shutdown() { GlobalRuntime::Get().Shutdown(); }
+void tfring_atexit() { GlobalRuntime::Get().AtExit(); }
+int tfring_is_initialized() { return GlobalRuntime::Get().initialized() ? 1 : 0; }
+int tfring_rank() { return Layout(&tfring::ProcessLayout::rank); }
+int tfring_size() { return Layout(&tfring::ProcessLayout::size); }
+int tfring_local_rank() { return Layout(&tfring::ProcessLayout::local_rank); }
+int tfring_local_size() { return Layout(&tfring::ProcessLayout::local_size); }
+int tfring_cross_rank() { return Layout(&tfring::ProcessLayout::cross_rank); }
+int tfring_cross_size() { return Layout(&tfring::ProcessLayout::cross_size); }
+int tfring_mpi_threads_supported() {
+  return GlobalRuntime::Get().initialized() && tfring::MpiContext::threads_supported() ? 1 : 0;
+}
+int tfring_mpi_built() { return 1; }
+int tfring_nccl_built() { return 0; }
+
+// Copies the MPI library's version line into `out`.
+void tfring_mpi_version(char* out, int out_len) {
+  const std::string v = tfring::MpiContext::LibraryVersion();
+  std::strncpy(out, v.c_str(), out_len - 1);
+  out[out_len - 1] = '\0';
+}
+
+// The ReduceOp value for a Horovod name ("Sum", ...), or -1: lets Python check its mirror.
+int tfring_reduce_op_value(const char* name) {
+  for (int v = 0; v < 8; ++v) {
+    if (!tfring::IsValidReduceOp(v)) continue;
+    if (std::strcmp(tfring::ReduceOpName(static_cast<tfring::ReduceOp>(v)), name) == 0) return v;
+  }
+  return -1;
+}
+
+}  // extern "C"

@@ -1,0 +1,34 @@
+// The one global of the library: the runtime that the TF kernels and the C API find.
+// It composes MPI (context, control plane, backend) with the Coordinator; nothing else in
+// the runtime knows that it is global.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/core/coordinator.h"
+
+namespace tfring {
+
+class GlobalRuntime {
+ public:
+  static GlobalRuntime& Get();
+
+  Status Init();      // idempotent; MPI is initialized on first use
+  void Shutdown();    // stops the coordinator; init() may be called again later
+  void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
+  bool initialized();
+  ProcessLayout layout();  // valid once initialized
+
+  // Queues `entry`, or fails it at once when the runtime is not initialized.
+  void Enqueue(Entry entry);
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<Coordinator> coordinator_;
+  ProcessLayout layout_;
+  bool peers_lost_ = false;
+};
+
+}  // namespace tfring

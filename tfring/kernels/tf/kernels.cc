@@ -1,0 +1,207 @@
+// The TF kernels: check the input, allocate the output, hand an Entry to the runtime, return.
+// Completion (and any error, with the same text on every rank) arrives through `done` on
+// the runtime's background thread.
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tfring/kernels/runtime/global_runtime.h"
+#include "tfring/kernels/tf/adapter.h"
+
+namespace tfring {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+
+#define TFRING_FAIL_ASYNC(ctx, status, done) \
+  do {                                       \
+    (ctx)->SetStatus(status);                \
+    (done)();                                \
+    return;                                  \
+  } while (0)
+
+// Checks shared by every collective kernel; false (with the context failed) on error.
+bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t, DataType* dtype) {
+  if (!GlobalRuntime::Get().initialized()) {
+    ctx->SetStatus(absl::FailedPreconditionError(
+        "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
+    return false;
+  }
+  if (!FromTfDataType(t.dtype(), dtype)) {
+    ctx->SetStatus(absl::InvalidArgumentError("tfring does not support dtype " +
+                                              tensorflow::DataTypeString(t.dtype()) +
+                                              " (tensor '" + name + "')"));
+    return false;
+  }
+  return true;
+}
+
+class AllreduceOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+    OP_REQUIRES(c, IsValidReduceOp(reduce_op_),
+                absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op_)));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int n = ctx->num_inputs();
+    std::vector<Entry> entries(n);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& input = ctx->input(i);
+      Entry& e = entries[i];
+      e.request.name = n == 1 ? name_ : name_ + "." + std::to_string(i);
+      if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+      if (!IsFloatingPoint(e.request.dtype) && (prescale_ != 1.0f || postscale_ != 1.0f)) {
+        TFRING_FAIL_ASYNC(ctx,
+                          absl::InvalidArgumentError(
+                              "prescale_factor and postscale_factor apply to floating-point "
+                              "tensors only; '" + e.request.name + "' is " +
+                              DataTypeName(e.request.dtype)),
+                          done);
+      }
+      e.request.kind = CollectiveKind::kAllreduce;
+      e.request.reduce_op = static_cast<ReduceOp>(reduce_op_);
+      e.request.prescale_factor = prescale_;
+      e.request.postscale_factor = postscale_;
+      e.request.shape = ShapeOf(input);
+      e.request.cacheable = cacheable_;
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, input.shape(), &output), done);
+      e.input = DataOf(input);
+      e.output = MutableDataOf(output);
+    }
+    auto completion = CompletionFor(ctx, done, n);
+    if (n == 0) return done();
+    for (Entry& e : entries) {
+      e.done = completion;
+      GlobalRuntime::Get().Enqueue(std::move(e));
+    }
+  }
+
+ private:
+  int reduce_op_;
+  float prescale_, postscale_;
+  std::string name_;
+  bool cacheable_;
+};
+
+class AllgatherOp : public AsyncOpKernel {
+ public:
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Entry e;
+    e.request.name = name_;
+    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    if (input.dims() == 0) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
+                                                   name_ + "' is a scalar"),
+                        done);
+    }
+    e.request.kind = CollectiveKind::kAllgather;
+    e.request.shape = ShapeOf(input);
+    e.request.cacheable = false;
+    e.input = DataOf(input);
+    e.allocate_output = [ctx](const Shape& shape, void** buffer) -> Status {
+      tensorflow::TensorShape tf_shape;
+      for (int64_t d : shape) tf_shape.AddDim(d);
+      Tensor* output = nullptr;
+      absl::Status s = ctx->allocate_output(0, tf_shape, &output);
+      if (!s.ok()) return Status::Internal("allocating the allgather output: " + s.ToString());
+      *buffer = MutableDataOf(output);
+      return Status::OK();
+    };
+    e.done = CompletionFor(ctx, done);
+    GlobalRuntime::Get().Enqueue(std::move(e));
+  }
+
+ private:
+  std::string name_;
+};
+
+class BroadcastOp : public AsyncOpKernel {
+ public:
+  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Entry e;
+    e.request.name = name_;
+    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    if (root_rank_ < 0 || root_rank_ >= layout.size) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::InvalidArgumentError(
+                            "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
+                            "). Received: root_rank=" + std::to_string(root_rank_) +
+                            " (tensor '" + name_ + "')"),
+                        done);
+    }
+    e.request.kind = CollectiveKind::kBroadcast;
+    e.request.root_rank = root_rank_;
+    e.request.shape = ShapeOf(input);
+    e.request.cacheable = cacheable_;
+    e.input = DataOf(input);
+    if (layout.rank == root_rank_) {
+      ctx->set_output(0, input);  // the root's result is its input: share the buffer
+      e.output = const_cast<void*>(e.input);
+    } else {
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
+      e.output = MutableDataOf(output);
+    }
+    e.done = CompletionFor(ctx, done);
+    GlobalRuntime::Get().Enqueue(std::move(e));
+  }
+
+ private:
+  int root_rank_;
+  std::string name_;
+  bool cacheable_;
+};
+
+template <int ProcessLayout::*Field>
+class LayoutOp : public tensorflow::OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
+                absl::FailedPreconditionError(
+                    "tfring has not been initialized: call tfring.init() before running " +
+                    name()));
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output));
+    output->scalar<int32_t>()() = GlobalRuntime::Get().layout().*Field;
+  }
+};
+
+using tensorflow::DEVICE_CPU;
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::size>);
+REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::rank>);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU),
+                        LayoutOp<&ProcessLayout::local_size>);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_CPU),
+                        LayoutOp<&ProcessLayout::local_rank>);
+
+}  // namespace
+}  // namespace tfring

@@ -1,0 +1,89 @@
+// Op registrations and shape functions. Kernels are in kernels.cc.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfring {
+namespace {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+absl::Status SameShape(InferenceContext* c) {
+  c->set_output(0, c->input(0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+#define TFRING_REDUCIBLE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double}"
+#define TFRING_ALL_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool}"
+
+REGISTER_OP("TfringAllreduce")
+    .Attr("T: " TFRING_REDUCIBLE_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Attr("cacheable: bool = true")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetIsStateful()
+    .SetShapeFn(SameShape)
+    .Doc("Reduces `tensor` over all ranks; every rank receives the result.");
+
+REGISTER_OP("TfringGroupedAllreduce")
+    .Attr("T: list(" TFRING_REDUCIBLE_TYPES ")")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Attr("cacheable: bool = true")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduces every tensor over all ranks, submitted together so they are fused.");
+
+REGISTER_OP("TfringAllgather")
+    .Attr("T: " TFRING_ALL_TYPES)
+    .Attr("tensor_name: string")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in, out;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc("Concatenates every rank's `tensor` along the first dimension, in rank order.");
+
+REGISTER_OP("TfringBroadcast")
+    .Attr("T: " TFRING_ALL_TYPES)
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string")
+    .Attr("cacheable: bool = true")
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .SetIsStateful()
+    .SetShapeFn(SameShape)
+    .Doc("Every rank receives root_rank's `tensor`.");
+
+#define TFRING_LAYOUT_OP(Name, What)                                  \
+  REGISTER_OP(Name)                                                   \
+      .Output("value: int32")                                         \
+      .SetIsStateful()                                                \
+      .SetShapeFn(::tensorflow::shape_inference::ScalarShape)         \
+      .Doc("The " What " when the graph runs (not when it is built).");
+
+TFRING_LAYOUT_OP("TfringSize", "number of ranks")
+TFRING_LAYOUT_OP("TfringRank", "rank of this process")
+TFRING_LAYOUT_OP("TfringLocalSize", "number of ranks on this host")
+TFRING_LAYOUT_OP("TfringLocalRank", "rank of this process on its host")
+
+}  // namespace tfring
