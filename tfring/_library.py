@@ -32,12 +32,16 @@ def ops():
     """The module of generated op wrappers (tf.load_op_library)."""
     import tensorflow as tf
 
-    info = build_info()
-    if info["tensorflow"] != tf.__version__:
-        raise ImportError(
-            f"tfring's ops were built against TensorFlow {info['tensorflow']} but TensorFlow "
-            f"{tf.__version__} is installed. Rebuild them with: {REBUILD_COMMAND}")
+    check_tensorflow_version(build_info()["tensorflow"], tf.__version__)
     return tf.load_op_library(LIBRARY_PATH)
+
+
+def check_tensorflow_version(built, installed):
+    """Raises ImportError when the library was built for another TensorFlow."""
+    if built != installed:
+        raise ImportError(
+            f"tfring's ops were built against TensorFlow {built} but TensorFlow {installed} "
+            f"is installed. Rebuild them with: {REBUILD_COMMAND}")
 
 
 @functools.lru_cache(maxsize=None)

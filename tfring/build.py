@@ -178,18 +178,21 @@ def build(with_tests=False, verbose=False):
 
 
 def build_native_tests(mpicxx, by_source, runtime_objs):
-    """tests/cpp/test_*.cc: each a binary over the runtime (no TensorFlow)."""
+    """tests/cpp/test_*.cc: each a binary over the runtime (no TensorFlow).
+
+    Every other .cc there (and the harness, test_harness.cc, which holds main()) is support
+    code linked into each binary, with the in-process backend.
+    """
     test_dir = os.path.join(ROOT, "tests", "cpp")
+    files = sorted(f for f in os.listdir(test_dir) if f.endswith(".cc"))
+    is_test = lambda f: f.startswith("test_") and f != "test_harness.cc"
     # Everything but the global runtime and its C API: tests compose their own coordinators.
     core = [o for o in runtime_objs if "/runtime/" not in o]
     support = [by_source[s] for s in sources(INPROC_DIR)]
-    support += [by_source[os.path.join(test_dir, f)] for f in sorted(os.listdir(test_dir))
-                if f.endswith(".cc") and not f.startswith("test_")]
-    for f in sorted(os.listdir(test_dir)):
-        if f.startswith("test_") and f.endswith(".cc"):
-            out = os.path.join(BUILD_DIR, "tests", f[:-3])
-            link(mpicxx, core + support + [by_source[os.path.join(test_dir, f)]], out,
-                 ["-pthread"])
+    support += [by_source[os.path.join(test_dir, f)] for f in files if not is_test(f)]
+    for f in filter(is_test, files):
+        out = os.path.join(BUILD_DIR, "tests", f[:-3])
+        link(mpicxx, core + support + [by_source[os.path.join(test_dir, f)]], out, ["-pthread"])
 
 
 def main(argv=None):

@@ -4,7 +4,9 @@ Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradie
 goes from the op's C++ kernel to the runtime and MPI without passing through Python.
 """
 
+import functools
 import pickle
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +24,24 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "P
 _REDUCIBLE = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
               tf.float64)
 _GATHERABLE = _REDUCIBLE + (tf.bool,)
+
+
+_EAGER_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]( name: \S*)?\s*$")
+
+
+def _clean_eager_errors(fn):
+    """Eager op errors carry TF's "{{function_node ...}} ... [Op:X]" wrapping; the runtime's
+    message (tensor, problem, ranks) is what a user needs, so re-raise with that alone."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except tf.errors.OpError as e:
+            cleaned = _EAGER_NOISE.sub("", e.message)
+            if cleaned == e.message:
+                raise
+            raise type(e)(e.node_def, e.op, cleaned) from None
+    return wrapper
 
 
 def _check_dtype(tensor, allowed, what, name):
@@ -49,6 +69,7 @@ def _check_root(root_rank):
                          f"Received: root_rank={root_rank}")
 
 
+@_clean_eager_errors
 def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               name=None):
     """Reduces a tensor over all ranks; every rank gets the result.
@@ -91,6 +112,7 @@ def _allreduce_indexed_slices(slices, op, name):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_clean_eager_errors
 def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None):
     """Allreduces a list of tensors submitted together, so they travel fused.
@@ -109,6 +131,7 @@ def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
         postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable)
 
 
+@_clean_eager_errors
 def allgather(tensor, name=None):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
@@ -126,6 +149,7 @@ def allgather(tensor, name=None):
     return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name)
 
 
+@_clean_eager_errors
 def broadcast(tensor, root_rank, name=None):
     """Returns root_rank's value of `tensor` on every rank."""
     tensor = tf.convert_to_tensor(tensor)

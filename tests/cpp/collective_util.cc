@@ -1,0 +1,220 @@
+#include "tests/cpp/collective_util.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "tests/cpp/test_harness.h"
+#include "tfring/kernels/common/half.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+template <typename T>
+void Put(std::vector<char>* out, size_t i, T v) {
+  std::memcpy(out->data() + i * sizeof(T), &v, sizeof(T));
+}
+
+template <typename T>
+T Get(const std::vector<char>& in, size_t i) {
+  T v;
+  std::memcpy(&v, in.data() + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+bool IsSigned(DataType dtype) {
+  return dtype != DataType::kUInt8 && dtype != DataType::kBool;
+}
+
+double Tolerance(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat16: return 2e-3;
+    case DataType::kBFloat16: return 1.6e-2;
+    case DataType::kFloat32: return 1e-6;
+    case DataType::kFloat64: return 1e-12;
+    default: return 0;
+  }
+}
+
+OpPtr NewOp(const std::string& name, DataType dtype, const Shape& shape,
+            const std::vector<double>& values, Entry* e) {
+  auto op = std::make_shared<Op>();
+  op->name = name;
+  op->dtype = dtype;
+  op->input = Encode(dtype, values);
+  e->request.name = name;
+  e->request.dtype = dtype;
+  e->request.shape = shape;
+  e->input = op->input.data();
+  // The done callback owns the Op: its buffers live until the coordinator is finished.
+  e->done = [op](const Status& s) { op->promise.set_value(s); };
+  return op;
+}
+
+}  // namespace
+
+std::vector<char> Encode(DataType dtype, const std::vector<double>& values) {
+  std::vector<char> out(values.size() * DataTypeSize(dtype) + 1);  // +1: never a null data()
+  out.resize(values.size() * DataTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    switch (dtype) {
+      case DataType::kUInt8: Put<uint8_t>(&out, i, static_cast<uint8_t>(v)); break;
+      case DataType::kInt8: Put<int8_t>(&out, i, static_cast<int8_t>(v)); break;
+      case DataType::kInt32: Put<int32_t>(&out, i, static_cast<int32_t>(v)); break;
+      case DataType::kInt64: Put<int64_t>(&out, i, static_cast<int64_t>(v)); break;
+      case DataType::kFloat16: Put<uint16_t>(&out, i, FloatToHalf(static_cast<float>(v))); break;
+      case DataType::kBFloat16:
+        Put<uint16_t>(&out, i, FloatToBFloat16(static_cast<float>(v)));
+        break;
+      case DataType::kFloat32: Put<float>(&out, i, static_cast<float>(v)); break;
+      case DataType::kFloat64: Put<double>(&out, i, v); break;
+      case DataType::kBool: Put<uint8_t>(&out, i, v != 0); break;
+    }
+  }
+  return out;
+}
+
+std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes) {
+  const size_t n = bytes.size() / DataTypeSize(dtype);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DataType::kUInt8: out[i] = Get<uint8_t>(bytes, i); break;
+      case DataType::kInt8: out[i] = Get<int8_t>(bytes, i); break;
+      case DataType::kInt32: out[i] = Get<int32_t>(bytes, i); break;
+      case DataType::kInt64: out[i] = static_cast<double>(Get<int64_t>(bytes, i)); break;
+      case DataType::kFloat16: out[i] = HalfToFloat(Get<uint16_t>(bytes, i)); break;
+      case DataType::kBFloat16: out[i] = BFloat16ToFloat(Get<uint16_t>(bytes, i)); break;
+      case DataType::kFloat32: out[i] = Get<float>(bytes, i); break;
+      case DataType::kFloat64: out[i] = Get<double>(bytes, i); break;
+      case DataType::kBool: out[i] = Get<uint8_t>(bytes, i); break;
+    }
+  }
+  return out;
+}
+
+double TestValue(DataType dtype, int rank, int64_t i, int salt) {
+  const int64_t k = rank * 7 + i * 3 + salt * 5;
+  if (!IsSigned(dtype)) return static_cast<double>(k % 5 + 1);  // 1..5
+  const double v = static_cast<double>(k % 9 - 4);               // -4..4
+  return IsFloatingPoint(dtype) ? v * 0.5 : v;
+}
+
+std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt) {
+  std::vector<double> v(count);
+  for (int64_t i = 0; i < count; ++i) v[i] = TestValue(dtype, rank, i, salt);
+  return v;
+}
+
+std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
+                                      int salt) {
+  std::vector<double> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    double acc = TestValue(dtype, 0, i, salt);
+    for (int r = 1; r < size; ++r) {
+      const double v = TestValue(dtype, r, i, salt);
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAverage: acc += v; break;
+        case ReduceOp::kMin: acc = std::min(acc, v); break;
+        case ReduceOp::kMax: acc = std::max(acc, v); break;
+        case ReduceOp::kProduct: acc *= v; break;
+      }
+    }
+    if (op == ReduceOp::kAverage) acc = IsFloatingPoint(dtype) ? acc / size : std::floor(acc / size);
+    out[i] = acc;
+  }
+  return out;
+}
+
+bool AllClose(DataType dtype, const std::vector<double>& got, const std::vector<double>& want,
+              std::string* why) {
+  if (got.size() != want.size()) {
+    *why = "got " + std::to_string(got.size()) + " elements, want " + std::to_string(want.size());
+    return false;
+  }
+  const double tol = Tolerance(dtype);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::fabs(got[i] - want[i]) > tol * std::max(1.0, std::fabs(want[i]))) {
+      std::ostringstream os;
+      os << DataTypeName(dtype) << " element " << i << ": got " << got[i] << ", want " << want[i];
+      *why = os.str();
+      return false;
+    }
+  }
+  return true;
+}
+
+OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values, ReduceOp op) {
+  Entry e;
+  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  e.request.kind = CollectiveKind::kAllreduce;
+  e.request.reduce_op = op;
+  p->output.resize(p->input.size());
+  p->output_shape = shape;
+  e.output = p->output.data();
+  c->Enqueue(std::move(e));
+  return p;
+}
+
+OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values) {
+  Entry e;
+  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  e.request.kind = CollectiveKind::kAllgather;
+  Op* raw = p.get();  // the done callback keeps it alive
+  e.allocate_output = [raw, dtype](const Shape& s, void** buffer) {
+    raw->output_shape = s;
+    raw->output.resize(NumElements(s) * DataTypeSize(dtype) + 1);  // +1: never a null data()
+    *buffer = raw->output.data();
+    raw->output.resize(NumElements(s) * DataTypeSize(dtype));
+    return Status::OK();
+  };
+  c->Enqueue(std::move(e));
+  return p;
+}
+
+OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values, int root) {
+  Entry e;
+  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  e.request.kind = CollectiveKind::kBroadcast;
+  e.request.root_rank = root;
+  p->output.resize(p->input.size());
+  p->output_shape = shape;
+  e.output = p->output.data();
+  c->Enqueue(std::move(e));
+  return p;
+}
+
+Status WaitFor(const OpPtr& op, double seconds) {
+  if (op->status.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    return Status::DeadlineExceeded("op '" + op->name + "' did not finish within " +
+                                    std::to_string(seconds) + " s");
+  }
+  return op->status.get();
+}
+
+void ExpectAllreduced(const OpPtr& op, ReduceOp reduce, int size, int salt) {
+  const Status s = WaitFor(op);
+  ASSERT_TRUE(s.ok()) << op->name << " at size " << size << ": " << s.ToString();
+  const int64_t count = static_cast<int64_t>(op->input.size() / DataTypeSize(op->dtype));
+  std::string why;
+  EXPECT_TRUE(AllClose(op->dtype, op->Result(),
+                       ExpectedAllreduce(op->dtype, reduce, size, count, salt), &why))
+      << op->name << " " << ReduceOpName(reduce) << " at size " << size << ": " << why;
+}
+
+void ExpectFailure(const OpPtr& op, StatusCode code, const std::string& needle) {
+  const Status s = WaitFor(op);
+  ASSERT_TRUE(!s.ok()) << op->name << " succeeded but should have failed with: " << needle;
+  EXPECT_EQ(StatusCodeName(s.code()), std::string(StatusCodeName(code))) << s.message();
+  EXPECT_CONTAINS(s.message(), needle);
+}
+
+}  // namespace testing
+}  // namespace tfring

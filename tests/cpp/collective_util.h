@@ -1,0 +1,71 @@
+// Helpers shared by the coordinator tests (in-process and MPI): typed test values, ops
+// submitted to a Coordinator as Entries, and waits with a deadline.
+//
+// Every rank computes the expected global result itself (ExpectedAllreduce etc.), from the
+// same value formula the ranks used to fill their inputs (TestValue).
+#pragma once
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/common/types.h"
+#include "tfring/kernels/core/coordinator.h"
+
+namespace tfring {
+namespace testing {
+
+// Bytes of `values` as `dtype` (floats rounded to nearest even for 16-bit types).
+std::vector<char> Encode(DataType dtype, const std::vector<double>& values);
+std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes);
+
+// Element i of rank `rank`'s input for a test tensor: small values whose sums and products
+// are exact in every dtype (signed types and floats include negatives; `salt` varies them
+// per tensor).
+double TestValue(DataType dtype, int rank, int64_t i, int salt = 0);
+std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt = 0);
+
+// The allreduce of TestValues over `size` ranks, as the dtype should hold it (Average on
+// integers is a floor division).
+std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
+                                      int salt = 0);
+
+// Whether `got` matches `want` for `dtype`: exact for integers, within the dtype's rounding
+// for floats. On a mismatch, *why names the first differing element.
+bool AllClose(DataType dtype, const std::vector<double>& got, const std::vector<double>& want,
+              std::string* why);
+
+// One op a test submitted: its buffers (kept alive until `done`), and its status.
+struct Op {
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<char> input, output;
+  Shape output_shape;
+  std::promise<Status> promise;
+  std::shared_future<Status> status = promise.get_future().share();
+
+  std::vector<double> Result() const { return Decode(dtype, output); }
+};
+using OpPtr = std::shared_ptr<Op>;
+
+// Submit one collective to `c`; the returned Op completes when its done callback runs.
+OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values, ReduceOp op);
+OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values);
+OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                      const std::vector<double>& values, int root);
+
+// The op's status, or DeadlineExceeded naming the op if it did not finish in time.
+Status WaitFor(const OpPtr& op, double seconds = 10.0);
+
+// Test checks (record failures through test_harness.h):
+// `op` finished OK holding the allreduce of TestValues(..., salt) over `size` ranks.
+void ExpectAllreduced(const OpPtr& op, ReduceOp reduce, int size, int salt);
+// `op` failed with `code` and a message containing `needle`.
+void ExpectFailure(const OpPtr& op, StatusCode code, const std::string& needle);
+
+}  // namespace testing
+}  // namespace tfring

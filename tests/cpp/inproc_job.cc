@@ -1,0 +1,70 @@
+#include "tests/cpp/inproc_job.h"
+
+#include <thread>
+
+#include "tfring/kernels/backends/inproc/inproc_backend.h"
+#include "tfring/kernels/backends/inproc/inproc_control_plane.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+// Counts negotiation rounds (gathers) on the way to the real control plane.
+class CountingControlPlane : public ControlPlane {
+ public:
+  CountingControlPlane(std::unique_ptr<ControlPlane> inner, std::atomic<int64_t>* rounds)
+      : inner_(std::move(inner)), rounds_(rounds) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status AllreduceAnd(std::vector<uint64_t>* words) override {
+    return inner_->AllreduceAnd(words);
+  }
+  Status GatherToRoot(const std::string& mine, std::vector<std::string>* all) override {
+    ++*rounds_;
+    return inner_->GatherToRoot(mine, all);
+  }
+  Status BroadcastFromRoot(std::string* bytes) override {
+    return inner_->BroadcastFromRoot(bytes);
+  }
+
+ private:
+  std::unique_ptr<ControlPlane> inner_;
+  std::atomic<int64_t>* rounds_;
+};
+
+}  // namespace
+
+InprocJob::InprocJob(int size, const Options& options, double world_timeout_seconds) {
+  auto control_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
+  auto data_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
+  for (int r = 0; r < size; ++r) {
+    rounds_.push_back(std::make_unique<std::atomic<int64_t>>(0));
+    coordinators_.push_back(std::make_unique<Coordinator>(
+        options,
+        std::make_unique<CountingControlPlane>(
+            std::make_unique<InprocControlPlane>(control_world, r), rounds_.back().get()),
+        std::make_unique<InprocBackend>(data_world, r)));
+  }
+  for (auto& c : coordinators_) c->Start();
+}
+
+InprocJob::~InprocJob() { Shutdown(); }
+
+void InprocJob::OnEveryRank(const std::function<void(int rank)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size(); ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+void InprocJob::Shutdown() {
+  OnEveryRank([this](int r) { coordinators_[r]->Shutdown(); });
+}
+
+Options TestOptions() {
+  Options o;
+  o.stall_check_time_seconds = 0;
+  return o;
+}
+
+}  // namespace testing
+}  // namespace tfring

@@ -1,0 +1,49 @@
+// InprocJob: a "job" of `size` ranks in one process for the coordinator tests. Each rank is
+// a Coordinator over an InprocControlPlane and an InprocBackend; ranks share one InprocWorld
+// per communicator (control and data), as MPI ranks share tfring's two duplicated
+// communicators. The coordinators' background threads are the ranks' threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tfring/kernels/common/options.h"
+#include "tfring/kernels/core/coordinator.h"
+
+namespace tfring {
+namespace testing {
+
+class InprocJob {
+ public:
+  // Builds and starts one coordinator per rank. `world_timeout_seconds` bounds every wait
+  // for a peer in a collective, so a logic error fails ops instead of hanging the test.
+  InprocJob(int size, const Options& options, double world_timeout_seconds = 20.0);
+  ~InprocJob();  // Shutdown()
+
+  int size() const { return static_cast<int>(coordinators_.size()); }
+  Coordinator* rank(int r) { return coordinators_[r].get(); }
+  // Negotiation rounds (control-plane gathers) rank `r` has taken part in so far: in steady
+  // state, with every tensor in the response cache, this stops growing.
+  int64_t negotiation_rounds(int r) const { return rounds_[r]->load(); }
+
+  // Runs `fn(rank)` on one thread per rank (as application threads submitting ops would) and
+  // joins them.
+  void OnEveryRank(const std::function<void(int rank)>& fn);
+
+  // Shuts every rank's coordinator down, concurrently (each Shutdown waits for the
+  // collective cycle in which all ranks stop). Idempotent.
+  void Shutdown();
+
+ private:
+  std::vector<std::unique_ptr<std::atomic<int64_t>>> rounds_;
+  std::vector<std::unique_ptr<Coordinator>> coordinators_;
+};
+
+// Options for fast tests: short cycles, no stall warnings.
+Options TestOptions();
+
+}  // namespace testing
+}  // namespace tfring

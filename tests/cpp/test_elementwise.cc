@@ -1,0 +1,156 @@
+// 16-bit float conversions (common/half.h) and element-wise helpers (common/elementwise.h).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "tests/cpp/test_harness.h"
+#include "tfring/kernels/common/elementwise.h"
+#include "tfring/kernels/common/half.h"
+
+namespace tfring {
+namespace {
+
+float Bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof(f));
+  return f;
+}
+
+TFRING_TEST(Half, KnownValues) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(0.0f), 0x0000);
+  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(HalfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+}
+
+TFRING_TEST(Half, RoundsToNearestEven) {
+  // Halfway between 1 (0x3c00, even) and 1+2^-10 (0x3c01): to the even one.
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  // Halfway between 0x3c01 and 0x3c02: up, to the even one.
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  // Just above halfway rounds up.
+  EXPECT_EQ(FloatToHalf(std::nextafter(1.0f + std::ldexp(1.0f, -11), 2.0f)), 0x3c01);
+  // Every midpoint between adjacent finite halves (subnormals included), and its
+  // neighbours, against the rule: the midpoint goes to the even one, others to the nearest.
+  int wrong = 0;
+  for (uint32_t h = 0; h < 0x7bff; ++h) {
+    const float lo = HalfToFloat(h), hi = HalfToFloat(h + 1);
+    const float mid = lo + (hi - lo) / 2;  // exact in float
+    const uint16_t even = (h & 1) ? h + 1 : h;
+    if (FloatToHalf(mid) != even || FloatToHalf(std::nextafter(mid, 0.0f)) != h ||
+        FloatToHalf(std::nextafter(mid, 1e9f)) != h + 1 || FloatToHalf(-mid) != (even | 0x8000)) {
+      if (++wrong <= 5) EXPECT_TRUE(false) << "wrong rounding between halves " << h << " and " << h + 1;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TFRING_TEST(Half, Subnormals) {
+  const float tiny = std::ldexp(1.0f, -24);  // the smallest subnormal half
+  EXPECT_EQ(FloatToHalf(tiny), 0x0001);
+  EXPECT_EQ(HalfToFloat(0x0001), tiny);
+  EXPECT_EQ(HalfToFloat(0x03ff), 1023 * tiny);  // the largest subnormal
+  EXPECT_EQ(HalfToFloat(0x0400), std::ldexp(1.0f, -14));  // the smallest normal
+  EXPECT_EQ(FloatToHalf(tiny / 2), 0x0000);  // halfway to 0: to even (zero)
+  EXPECT_EQ(FloatToHalf(std::nextafter(tiny / 2, 1.0f)), 0x0001);
+  EXPECT_EQ(FloatToHalf(1.5f * tiny), 0x0002);  // halfway between 1 and 2 ulps: to even
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14) - tiny / 4), 0x0400);  // rounds up into normals
+  EXPECT_EQ(FloatToHalf(-tiny), 0x8001);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -40)), 0x0000);
+}
+
+TFRING_TEST(Half, InfinityAndNan) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(FloatToHalf(inf), 0x7c00);
+  EXPECT_EQ(FloatToHalf(-inf), 0xfc00);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // halfway past the largest half: to inf (even)
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e10f), 0x7c00);
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7c00)) && HalfToFloat(0x7c00) > 0);
+  EXPECT_TRUE(std::isinf(HalfToFloat(0xfc00)) && HalfToFloat(0xfc00) < 0);
+  const uint16_t nan = FloatToHalf(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0) << nan;
+  EXPECT_TRUE(std::isnan(HalfToFloat(0x7e00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(0x7c01)));
+  // A signalling float NaN whose payload sits only in low bits must stay a NaN.
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(Bits(0x7f800001)))));
+}
+
+TFRING_TEST(Half, EveryHalfRoundTrips) {
+  int wrong = 0;
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      if (!std::isnan(HalfToFloat(FloatToHalf(f)))) ++wrong;
+    } else if (FloatToHalf(f) != h) {
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TFRING_TEST(BFloat16, RoundingAndSpecials) {
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  EXPECT_EQ(BFloat16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie: to even
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie: to even
+  EXPECT_EQ(FloatToBFloat16(std::nextafter(1.0f + std::ldexp(1.0f, -8), 2.0f)), 0x3f81);
+  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past max
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(Bits(0x7f800001)))));
+  EXPECT_EQ(FloatToBFloat16(Bits(0x00000001)), 0x0000);  // smallest float subnormal
+  int wrong = 0;
+  for (uint32_t b = 0; b <= 0xffff; ++b) {
+    const float f = BFloat16ToFloat(static_cast<uint16_t>(b));
+    if (std::isnan(f) ? !std::isnan(BFloat16ToFloat(FloatToBFloat16(f))) : FloatToBFloat16(f) != b) {
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TFRING_TEST(Elementwise, FloorDivideRoundsTowardMinusInfinity) {
+  std::vector<int32_t> i32 = {-7, -6, -5, -1, 0, 1, 5, 6, 7};
+  FloorDivideInPlace(DataType::kInt32, 3, i32.data(), i32.size());
+  EXPECT_TRUE(i32 == std::vector<int32_t>({-3, -2, -2, -1, 0, 0, 1, 2, 2}));
+  std::vector<int8_t> i8 = {-128, 127, -1};
+  FloorDivideInPlace(DataType::kInt8, 3, i8.data(), i8.size());
+  EXPECT_TRUE(i8 == std::vector<int8_t>({-43, 42, -1}));
+  std::vector<int64_t> i64 = {-(int64_t{1} << 40) - 1, (int64_t{1} << 40) + 1};
+  FloorDivideInPlace(DataType::kInt64, 2, i64.data(), i64.size());
+  EXPECT_TRUE(i64 == std::vector<int64_t>({-(int64_t{1} << 39) - 1, int64_t{1} << 39}));
+  std::vector<uint8_t> u8 = {255, 1, 0};
+  FloorDivideInPlace(DataType::kUInt8, 2, u8.data(), u8.size());
+  EXPECT_TRUE(u8 == std::vector<uint8_t>({127, 0, 0}));
+}
+
+TFRING_TEST(Elementwise, ReduceIntoAndScale) {
+  std::vector<float> a = {1, -2, 3}, b = {4, 5, -6};
+  ReduceInto(DataType::kFloat32, ReduceOp::kMax, a.data(), b.data(), 3);
+  EXPECT_TRUE(b == std::vector<float>({4, 5, 3}));
+  ReduceInto(DataType::kFloat32, ReduceOp::kProduct, a.data(), b.data(), 3);
+  EXPECT_TRUE(b == std::vector<float>({4, -10, 9}));
+  std::vector<uint16_t> h = {FloatToHalf(1.5f), FloatToHalf(-2.0f)};
+  std::vector<uint16_t> k = {FloatToHalf(0.25f), FloatToHalf(-3.0f)};
+  ReduceInto(DataType::kFloat16, ReduceOp::kSum, h.data(), k.data(), 2);
+  EXPECT_EQ(HalfToFloat(k[0]), 1.75f);
+  EXPECT_EQ(HalfToFloat(k[1]), -5.0f);
+  ReduceInto(DataType::kFloat16, ReduceOp::kMin, h.data(), k.data(), 2);
+  EXPECT_EQ(HalfToFloat(k[1]), -5.0f);
+  ScaleInPlace(DataType::kFloat16, 0.5, k.data(), 2);
+  EXPECT_EQ(HalfToFloat(k[0]), 0.75f);  // min(1.5, 1.75) * 0.5
+  std::vector<uint16_t> bf = {FloatToBFloat16(3.0f)};
+  ScaleInPlace(DataType::kBFloat16, 1.0 / 3, bf.data(), 1);
+  EXPECT_EQ(BFloat16ToFloat(bf[0]), 1.0f);
+  std::vector<int8_t> x = {100, -100}, y = {100, -100};
+  ReduceInto(DataType::kInt8, ReduceOp::kSum, x.data(), y.data(), 2);  // wraps, as int8 does
+  EXPECT_TRUE(y == std::vector<int8_t>({-56, 56}));
+}
+
+}  // namespace
+}  // namespace tfring

@@ -1,0 +1,176 @@
+// The negotiator (core/negotiator.h) as the pure state machine it is: completion order,
+// validation messages, stall reports.
+#include <chrono>
+
+#include "tests/cpp/test_harness.h"
+#include "tfring/kernels/core/negotiator.h"
+
+namespace tfring {
+namespace {
+
+const SteadyClock::time_point kT0 = SteadyClock::now();
+
+SteadyClock::time_point At(double seconds) {
+  return kT0 + std::chrono::duration_cast<SteadyClock::duration>(
+                   std::chrono::duration<double>(seconds));
+}
+
+Request Allreduce(const std::string& name, Shape shape = {2, 3}) {
+  Request r;
+  r.name = name;
+  r.shape = std::move(shape);
+  return r;
+}
+
+std::vector<std::string> Names(const std::vector<Response>& rs) {
+  std::vector<std::string> out;
+  for (const Response& r : rs) out.push_back(r.name);
+  return out;
+}
+
+// Runs `requests` (rank r's request is requests[r]) through a fresh negotiator.
+Response NegotiateOne(const std::vector<Request>& requests) {
+  Negotiator n(static_cast<int>(requests.size()));
+  for (size_t r = 0; r < requests.size(); ++r) n.Add(static_cast<int>(r), requests[r], At(0));
+  std::vector<Response> out = n.TakeReady();
+  return out.size() == 1 ? out[0] : Response{"<none>"};
+}
+
+TFRING_TEST(Negotiator, ReleasesInCompletionOrder) {
+  Negotiator n(3);
+  // Rank 0 submits a, b; rank 1 submits b, a; rank 2 submits b first: b completes first.
+  n.Add(0, Allreduce("a"), At(0));
+  n.Add(0, Allreduce("b"), At(0));
+  n.Add(1, Allreduce("b"), At(0));
+  n.Add(1, Allreduce("a"), At(0));
+  EXPECT_TRUE(n.TakeReady().empty());
+  EXPECT_EQ(n.num_pending(), 2u);
+  n.Add(2, Allreduce("b"), At(0));
+  n.Add(2, Allreduce("a"), At(0));
+  const auto ready = n.TakeReady();
+  EXPECT_TRUE(Names(ready) == std::vector<std::string>({"b", "a"}));
+  for (const Response& r : ready) EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(n.num_pending(), 0u);
+  EXPECT_TRUE(n.TakeReady().empty());
+}
+
+TFRING_TEST(Negotiator, ANameCanBeNegotiatedAgainAfterRelease) {
+  Negotiator n(2);
+  for (int step = 0; step < 3; ++step) {
+    n.Add(1, Allreduce("w"), At(step));
+    n.Add(0, Allreduce("w"), At(step));
+    EXPECT_EQ(n.TakeReady().size(), 1u) << "step " << step;
+  }
+}
+
+TFRING_TEST(Negotiator, ResponseCarriesTheRequest) {
+  Request a = Allreduce("g");
+  a.dtype = DataType::kFloat16;
+  a.reduce_op = ReduceOp::kMax;
+  Response r = NegotiateOne({a, a});
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_TRUE(r.dtype == DataType::kFloat16 && r.reduce_op == ReduceOp::kMax);
+  EXPECT_TRUE(r.cacheable);
+  a.cacheable = false;
+  Request b = a;
+  b.cacheable = true;
+  EXPECT_FALSE(NegotiateOne({b, a}).cacheable) << "one uncacheable rank makes it uncacheable";
+}
+
+TFRING_TEST(Negotiator, ValidationMessagesNameTensorRanksAndValues) {
+  Request base = Allreduce("grad/dense_1", {17, 3});
+  Request other = base;
+  other.shape = {18, 3};
+  EXPECT_EQ(NegotiateOne({base, base, other}).error,
+            std::string("Mismatched shapes for tensor 'grad/dense_1': rank 0 sent [17,3], "
+                        "rank 2 sent [18,3]"));
+  other = base;
+  other.dtype = DataType::kInt32;
+  EXPECT_EQ(NegotiateOne({base, other}).error,
+            std::string("Mismatched data types for tensor 'grad/dense_1': rank 0 sent float32, "
+                        "rank 1 sent int32"));
+  other = base;
+  other.kind = CollectiveKind::kBroadcast;
+  EXPECT_CONTAINS(NegotiateOne({base, other}).error,
+                  "Mismatched collectives for tensor 'grad/dense_1': rank 0 sent allreduce, "
+                  "rank 1 sent broadcast");
+  other = base;
+  other.reduce_op = ReduceOp::kAverage;
+  EXPECT_CONTAINS(NegotiateOne({base, other}).error,
+                  "Mismatched reduce ops for tensor 'grad/dense_1': rank 0 sent Sum, rank 1 "
+                  "sent Average");
+  other = base;
+  other.prescale_factor = 0.5;
+  EXPECT_CONTAINS(NegotiateOne({base, other}).error,
+                  "Mismatched prescale_factor for tensor 'grad/dense_1': rank 0 sent 1, rank 1 "
+                  "sent 0.5");
+  other = base;
+  other.postscale_factor = 2;
+  EXPECT_CONTAINS(NegotiateOne({base, other}).error, "Mismatched postscale_factor");
+
+  Request bcast = base;
+  bcast.kind = CollectiveKind::kBroadcast;
+  other = bcast;
+  other.root_rank = 2;
+  const Response root = NegotiateOne({bcast, bcast, other});
+  EXPECT_EQ(root.error, std::string("Mismatched root ranks for tensor 'grad/dense_1': rank 0 "
+                                    "sent root_rank=0, rank 2 sent root_rank=2"));
+  EXPECT_FALSE(root.cacheable);
+  // Broadcast ignores the reduce op; allreduce ignores the root.
+  other = bcast;
+  other.reduce_op = ReduceOp::kMin;
+  EXPECT_TRUE(NegotiateOne({bcast, other}).ok());
+  other = base;
+  other.root_rank = 1;
+  EXPECT_TRUE(NegotiateOne({base, other}).ok());
+}
+
+TFRING_TEST(Negotiator, AllgatherFirstDimsMayDiffer) {
+  Request a = Allreduce("ag", {2, 5});
+  a.kind = CollectiveKind::kAllgather;
+  Request b = a, c = a;
+  b.shape = {0, 5};
+  c.shape = {7, 5};
+  const Response r = NegotiateOne({a, b, c});
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_TRUE(r.first_dims == std::vector<int64_t>({2, 0, 7}));
+  EXPECT_FALSE(r.cacheable) << "gathered sizes may change from step to step";
+  c.shape = {7, 4};
+  EXPECT_CONTAINS(NegotiateOne({a, b, c}).error,
+                  "Mismatched shapes for tensor 'ag': rank 0 sent [2,5], rank 2 sent [7,4] "
+                  "(allgather needs every dimension but the first to agree)");
+  c.shape = {7, 5, 1};
+  EXPECT_CONTAINS(NegotiateOne({a, b, c}).error, "rank 2 sent [7,5,1]");
+}
+
+TFRING_TEST(Negotiator, PendingOlderThanReportsOnlyIncompleteOldTensors) {
+  Negotiator n(3);
+  n.Add(0, Allreduce("old"), At(0));
+  n.Add(2, Allreduce("old"), At(1));
+  n.Add(1, Allreduce("young"), At(2));
+  n.Add(0, Allreduce("done"), At(0));
+  n.Add(1, Allreduce("done"), At(0));
+  n.Add(2, Allreduce("done"), At(0));  // complete but not yet taken: not stalled
+  auto stalled = n.PendingOlderThan(1.5, At(2.5));
+  ASSERT_EQ(stalled.size(), 1u);
+  EXPECT_EQ(stalled[0].name, std::string("old"));
+  EXPECT_TRUE(stalled[0].submitted == std::vector<int>({0, 2}));
+  EXPECT_TRUE(stalled[0].missing == std::vector<int>({1}));
+  EXPECT_TRUE(stalled[0].waited_seconds > 2.4 && stalled[0].waited_seconds < 2.6);
+  EXPECT_EQ(DescribeStalled(stalled),
+            std::string("'old' (submitted by ranks [0, 2], missing on ranks [1], waiting 2 s)"));
+  EXPECT_EQ(n.PendingOlderThan(0, At(2.5)).size(), 2u);
+  EXPECT_TRUE(n.PendingOlderThan(3, At(2.5)).empty());
+}
+
+TFRING_TEST(Negotiator, DescribeStalledShortensLongLists) {
+  std::vector<Negotiator::Stalled> many;
+  for (int i = 0; i < 10; ++i) many.push_back({"t" + std::to_string(i), {0}, {1}, 5});
+  const std::string s = DescribeStalled(many);
+  EXPECT_CONTAINS(s, "'t7' (");
+  EXPECT_TRUE(s.find("'t8'") == std::string::npos) << s;
+  EXPECT_CONTAINS(s, "; and 2 more");
+}
+
+}  // namespace
+}  // namespace tfring

@@ -1,0 +1,81 @@
+"""One failure scenario per run, started by test_failures.py as `mpirun -np 2 python scenarios.py NAME`.
+
+Each rank prints "rank R: ..." lines that the test reads; exit codes are asserted there.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import tensorflow as tf
+
+import tfring
+
+
+def say(text):
+    print(f"rank {tfring.rank()}: {text}", flush=True)
+
+
+def mismatch():
+    try:
+        tfring.allreduce(tf.zeros([2 + tfring.rank(), 3]), name="grad/dense_1")
+        say("no error")
+    except tf.errors.InvalidArgumentError as e:
+        say(f"caught {e.message}")
+    # The runtime is still usable afterwards.
+    say(f"after {tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name='after').numpy()[0]}")
+
+
+def killed_rank():
+    tfring.allreduce(tf.constant([1.0]), name="warmup")
+    if tfring.rank() == 1:
+        say("killing myself")
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.time()
+    try:
+        tfring.allreduce(tf.constant([1.0]), name="never_completes")
+        say("no error")
+    except tf.errors.OpError as e:
+        say(f"caught after {time.time() - start:.1f} s: {e.message}")
+        sys.exit(3)
+
+
+def never_submits():
+    # TFRING_STALL_SHUTDOWN_TIME_SECONDS is set by the test: rank 0 waits for 'lonely',
+    # which rank 1 never submits; every rank's pending ops then fail with the same words.
+    if tfring.rank() == 0:
+        try:
+            tfring.allreduce(tf.constant([1.0]), name="lonely")
+            say("no error")
+        except tf.errors.AbortedError as e:
+            say(f"caught {e.message}")
+    else:
+        try:
+            time.sleep(8)
+            tfring.allreduce(tf.constant([1.0]), name="later")
+            say("no error")
+        except tf.errors.AbortedError as e:
+            say(f"caught {e.message}")
+
+
+def peer_timeout():
+    # A rank that stops its background thread's answers without dying (SIGSTOP) is caught
+    # by TFRING_PEER_TIMEOUT_SECONDS, set low by the test.
+    tfring.allreduce(tf.constant([1.0]), name="warmup")
+    if tfring.rank() == 1:
+        say("stopping myself")
+        os.kill(os.getpid(), signal.SIGSTOP)
+    start = time.time()
+    try:
+        tfring.allreduce(tf.constant([1.0]), name="never_completes")
+        say("no error")
+    except tf.errors.UnavailableError as e:
+        say(f"caught after {time.time() - start:.1f} s: {e.message}")
+        sys.stdout.flush()
+        os._exit(4)
+
+
+if __name__ == "__main__":
+    tfring.init()
+    globals()[sys.argv[1]]()

@@ -1,0 +1,60 @@
+"""Failure scenarios, each in a fresh `mpirun -np 2`: every surviving rank must end in time
+with the documented error naming the tensor and the ranks. Nothing may hang."""
+
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+
+
+def run_scenario(name, env=None, timeout=90):
+    full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                    TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    start = time.time()
+    proc = subprocess.run([MPIRUN, "-np", "2", sys.executable, os.path.join(HERE, "scenarios.py"),
+                           name], capture_output=True, text=True, timeout=timeout, env=full_env)
+    return proc.returncode, proc.stdout + proc.stderr, time.time() - start
+
+
+def test_shape_mismatch_fails_on_every_rank_with_names():
+    rc, out, _ = run_scenario("mismatch")
+    assert rc == 0, out
+    message = ("Mismatched shapes for tensor 'grad/dense_1': rank 0 sent [2,3], "
+               "rank 1 sent [3,3]")
+    assert f"rank 0: caught {message}" in out, out
+    assert f"rank 1: caught {message}" in out, out
+    assert "rank 0: after 2.0" in out and "rank 1: after 2.0" in out, out
+
+
+def test_killed_rank_ends_the_job_within_a_minute():
+    rc, out, elapsed = run_scenario("killed_rank")
+    assert rc != 0, out
+    assert elapsed < 60, out
+    assert "rank 1: killing myself" in out
+    # mpirun names the rank that died.
+    assert "rank 1" in out and ("signal 9" in out or "Killed" in out), out
+
+
+def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():
+    rc, out, elapsed = run_scenario("never_submits", env={
+        "TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+    assert rc == 0, out
+    assert elapsed < 60, out
+    # Rank 0 warned first, naming the tensor and the missing rank ...
+    assert "Stalled collectives" in out and "'lonely' (submitted by ranks [0], missing on " \
+                                            "ranks [1]" in out, out
+    # ... then every rank's pending or later ops fail with the stall message.
+    assert "rank 0: caught tfring stopped because tensors stalled" in out, out
+    assert "'lonely'" in out.split("rank 0: caught")[1], out
+    assert "rank 1: caught tfring stopped because tensors stalled" in out, out
+
+
+def test_unresponsive_peer_is_detected_by_peer_timeout():
+    rc, out, elapsed = run_scenario("peer_timeout", env={"TFRING_PEER_TIMEOUT_SECONDS": "3"})
+    assert rc != 0, out
+    assert elapsed < 60, out
+    assert "rank 0: caught after" in out, out
+    assert "got no answer from its peer ranks for 3 s (TFRING_PEER_TIMEOUT_SECONDS)" in out, out

@@ -1,0 +1,42 @@
+"""Runs under `mpirun -np N python -m pytest tests/parallel`: every rank runs every test.
+
+Skips must be decided identically on every rank. A failing test aborts this rank at once
+(os._exit), which makes mpirun end the whole job, so peers never block waiting for it.
+"""
+
+import os
+import sys
+
+import pytest
+import tensorflow as tf
+
+import tfring
+
+
+def pytest_configure(config):
+    tfring.init()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    if report.failed:
+        sys.stdout.write(f"\n[rank {tfring.rank()}] FAILED {report.nodeid}:\n{report.longreprtext}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+@pytest.fixture
+def rank():
+    return tfring.rank()
+
+
+@pytest.fixture
+def size():
+    return tfring.size()
+
+
+@pytest.fixture(autouse=True)
+def _eager_by_default():
+    tf.config.run_functions_eagerly(False)
+    yield

@@ -1,0 +1,97 @@
+"""allreduce and grouped_allreduce: every dtype x reduce op x mode against numpy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from _util import MODES, rank_input, run
+
+DTYPES = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64]
+OPS = {"Sum": tfring.Sum, "Average": tfring.Average, "Min": tfring.Min, "Max": tfring.Max,
+       "Product": tfring.Product}
+SHAPE = (3, 5)
+
+
+def expected(op_name, dtype, size):
+    inputs = [rank_input(r, SHAPE, dtype, low=-2, high=3).astype(np.float64) for r in range(size)]
+    stack = np.stack(inputs)
+    if op_name == "Sum":
+        return stack.sum(0)
+    if op_name == "Average":
+        total = stack.sum(0)
+        return np.floor(total / size) if dtype.is_integer else total / size
+    if op_name == "Min":
+        return stack.min(0)
+    if op_name == "Max":
+        return stack.max(0)
+    return stack.prod(0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_allreduce_every_op(dtype, mode, rank, size):
+    mine = rank_input(rank, SHAPE, dtype, low=-2, high=3)
+
+    def fn(x):
+        x = tf.cast(x, dtype)
+        return {name: tfring.allreduce(x, op=op) for name, op in OPS.items()}
+
+    results = run(mode, fn, mine)
+    for name in OPS:
+        got = np.asarray(results[name]).astype(np.float64)
+        want = expected(name, dtype, size)
+        if dtype.is_floating and name == "Average":  # 1/size is inexact in binary
+            tolerance = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-6
+            np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype.name}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prescale_and_postscale(mode, rank, size):
+    mine = rank_input(rank, SHAPE, tf.float32)
+    got = run(mode, lambda x: tfring.allreduce(x, op=tfring.Sum, prescale_factor=0.5,
+                                               postscale_factor=3.0), mine)
+    total = sum(rank_input(r, SHAPE, tf.float32).astype(np.float64) for r in range(size))
+    np.testing.assert_allclose(got, total * 0.5 * 3.0, rtol=1e-6)
+
+
+def test_average_argument_alias(rank, size):
+    x = tf.constant([float(rank)])
+    np.testing.assert_allclose(tfring.allreduce(x, average=False).numpy(),
+                               [sum(range(size))])
+    np.testing.assert_allclose(tfring.allreduce(x, average=True).numpy(),
+                               [sum(range(size)) / size])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grouped_allreduce_mixed_dtypes(mode, rank, size):
+    a = rank_input(rank, (4,), tf.float32)
+    b = rank_input(rank, (2, 3), tf.int64)
+    c = rank_input(rank, (7,), tf.float64)
+    got = run(mode, lambda *xs: tfring.grouped_allreduce(list(xs), op=tfring.Sum), a, b, c)
+    for i, (value, dtype, shape) in enumerate([(got[0], tf.float32, (4,)),
+                                               (got[1], tf.int64, (2, 3)),
+                                               (got[2], tf.float64, (7,))]):
+        want = sum(rank_input(r, shape, dtype).astype(np.float64) for r in range(size))
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, err_msg=str(i))
+
+
+def test_large_tensor_average(rank, size):
+    # 4 MiB: above any plausible fusion group, travels alone straight into its output.
+    x = tf.fill([1 << 20], float(rank + 1))
+    got = tfring.allreduce(x, name="large").numpy()
+    np.testing.assert_allclose(got[[0, -1]], [(size + 1) / 2.0] * 2)
+
+
+def test_named_eager_loop_uses_cache(rank, size):
+    # The same name every step: after the first, negotiation is a cache hit.
+    for step in range(20):
+        got = tfring.allreduce(tf.constant([float(step + rank)]), op=tfring.Sum, name="loop")
+        assert got.numpy()[0] == step * size + sum(range(size))
+
+
+def test_zero_element_tensor(rank, size):
+    got = tfring.allreduce(tf.zeros([0, 3]), name="empty")
+    assert got.shape == (0, 3)

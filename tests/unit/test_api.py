@@ -1,0 +1,130 @@
+"""One process (size 1): the public API, argument checks, and graph/eager/function parity."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from tfring import _library
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_public_name_exists_and_is_documented():
+    for name in tfring.__all__:
+        obj = getattr(tfring, name)
+        if callable(obj):
+            assert obj.__doc__ and obj.__doc__.strip(), f"tfring.{name} has no docstring"
+
+
+def test_reduce_op_values_match_the_library():
+    lib = _library.capi()
+    for name in ("Average", "Sum", "Min", "Max", "Product"):
+        assert lib.tfring_reduce_op_value(name.encode()) == getattr(tfring, name), name
+
+
+def test_ops_before_init_fail_clearly():
+    # A fresh process: this one may already be initialized.
+    code = (
+        "import tensorflow as tf, tfring\n"
+        "try:\n"
+        "    tfring.allreduce(tf.constant([1.0]), name='early')\n"
+        "except tf.errors.FailedPreconditionError as e:\n"
+        "    print('OP:', e.message)\n"
+        "try:\n"
+        "    tfring.rank()\n"
+        "except ValueError as e:\n"
+        "    print('RANK:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT).stdout
+    assert "tfring has not been initialized: call tfring.init() before running 'early'" in out
+    assert "RANK: tfring has not been initialized; call tfring.init()" in out
+
+
+def test_library_built_for_another_tensorflow_is_an_import_error():
+    with pytest.raises(ImportError, match=r"built against TensorFlow 2\.99\.0 but TensorFlow "
+                                          r"2\.21\.0 is installed\. Rebuild them with: "
+                                          r"python -m tfring\.build"):
+        _library.check_tensorflow_version("2.99.0", "2.21.0")
+    _library.check_tensorflow_version(tf.__version__, tf.__version__)
+
+
+def test_build_info_records_versions_and_features():
+    info = tfring.build_info()
+    assert info["tensorflow"] == tf.__version__
+    assert info["mpi"] is True and tfring.mpi_built()
+    assert tfring.nccl_built() is False
+    assert "Open MPI" in info["mpi_version"] or info["mpi_version"]
+
+
+def test_init_twice_is_harmless_and_layout_is_single_process():
+    tfring.init()
+    tfring.init()
+    assert tfring.is_initialized()
+    assert (tfring.size(), tfring.rank(), tfring.local_size(), tfring.local_rank(),
+            tfring.cross_size(), tfring.cross_rank()) == (1, 0, 1, 0, 1, 0)
+    assert tfring.mpi_threads_supported() in (True, False)
+    assert "MPI" in tfring.mpi_version()
+
+
+def test_layout_ops_in_graph_and_eager():
+    tfring.init()
+    assert int(tfring.size_op()) == 1 and int(tfring.rank_op()) == 0
+    assert int(tfring.local_size_op()) == 1 and int(tfring.local_rank_op()) == 0
+    with tf.Graph().as_default():
+        ops = [tfring.size_op(), tfring.rank_op(), tfring.local_size_op(), tfring.local_rank_op()]
+        with tf.compat.v1.Session() as session:
+            assert session.run(ops) == [1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "graph"])
+def test_size_one_collectives_are_identities(mode):
+    tfring.init()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def fn(t):
+        return [tfring.allreduce(t), tfring.allreduce(t, op=tfring.Product),
+                tfring.allgather(t), tfring.broadcast(t, 0),
+                *tfring.grouped_allreduce([t, t * 2], op=tfring.Sum)]
+
+    if mode == "eager":
+        out = [o.numpy() for o in fn(tf.constant(x))]
+    elif mode == "function":
+        out = [o.numpy() for o in tf.function(fn)(tf.constant(x))]
+    else:
+        with tf.Graph().as_default():
+            outs = fn(tf.constant(x))
+            with tf.compat.v1.Session() as session:
+                out = session.run(outs)
+    for got, want in zip(out, [x, x, x, x, x, 2 * x]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_integer_average_is_floor_of_mean():
+    tfring.init()
+    got = tfring.allreduce(tf.constant([-3, 3], tf.int32), op=tfring.Average).numpy()
+    np.testing.assert_array_equal(got, [-3, 3])
+
+
+def test_auto_names_are_deterministic_and_cacheable_only_in_graphs():
+    from tfring import naming
+    a, cache_a = naming.tensor_name("unit_kind")
+    b, _ = naming.tensor_name("unit_kind")
+    assert (a, b) == ("unit_kind.0", "unit_kind.1") and cache_a is False
+    assert naming.tensor_name("unit_kind", name="given") == ("given", True)
+    with tf.Graph().as_default():
+        assert naming.tensor_name("unit_kind")[1] is True
+
+
+def test_shutdown_then_init_again():
+    tfring.init()
+    tfring.shutdown()
+    assert not tfring.is_initialized()
+    with pytest.raises(tf.errors.FailedPreconditionError, match="not been initialized"):
+        tfring.allreduce(tf.constant([1.0]), name="after_shutdown")
+    tfring.init()
+    assert tfring.allreduce(tf.constant([5.0]), name="after_reinit").numpy()[0] == 5.0
