@@ -367,12 +367,18 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
       rs.push_back(items[i].response);
     }
     const Response& head = *rs[0];
+    const auto started = SteadyClock::now();
     Status s;
     switch (head.kind) {
       case CollectiveKind::kAllreduce: s = ExecuteAllreduce(es, head); break;
       case CollectiveKind::kAllgather: s = ExecuteAllgather(es, rs); break;
       case CollectiveKind::kBroadcast: s = ExecuteBroadcast(es, head); break;
     }
+    TFRING_LOG(kTrace) << CollectiveKindName(head.kind) << " of " << rs.size() << " tensor(s), "
+                       << "first '" << head.name << "': "
+                       << std::chrono::duration<double, std::micro>(SteadyClock::now() - started)
+                              .count()
+                       << " us";
     for (const Response* r : rs) Finish(r->name, s);
   }
 }

@@ -1,0 +1,30 @@
+# The two commands of README.md: `make demo` and `make test`. Each creates (or reuses) the
+# virtual environment, installs what is missing from PyPI, builds the ops incrementally, runs.
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: demo test build bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -e ".[test]"
+	touch $@
+
+build: $(VENV)/.installed
+	$(PYTHON) -m tfring.build --tests
+
+demo: build
+	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/collectives_walkthrough.py
+
+test: build
+	$(PYTHON) tests/run_suite.py
+
+bench: build
+	$(VENV)/bin/mpirun -np 2 --bind-to core $(PYTHON) bench/allreduce.py
+
+clean:
+	rm -rf build tfring/lib

@@ -1,0 +1,88 @@
+"""Runs the whole test suite, stage by stage, and ends with one line: `suite: N passed, N failed`.
+
+Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks), unit tests (one
+process), parallel tests under mpirun at 2 and 3 ranks, failure scenarios. Every stage has a
+timeout, so a hang is a failure with a message. Full logs go to build/test-logs/.
+"""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOGS = os.path.join(ROOT, "build", "test-logs")
+BIN = os.path.dirname(sys.executable)
+MPIRUN = [os.path.join(BIN, "mpirun"), "--oversubscribe"]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q"]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+
+
+def counts(text, rank0_prefix=None):
+    """(passed, failed) from a pytest summary or the native harness's last line."""
+    lines = text.splitlines()
+    if rank0_prefix:
+        lines = [l for l in lines if l.startswith(rank0_prefix)]
+    for line in reversed(lines):
+        if re.search(r"\d+ (passed|failed)", line):
+            passed = re.search(r"(\d+) passed", line)
+            failed = re.search(r"(\d+) (failed|error)", line)
+            return int(passed.group(1)) if passed else 0, int(failed.group(1)) if failed else 0
+    return 0, 0
+
+
+def stage(name, cmd, timeout, rank0_prefix=None):
+    os.makedirs(LOGS, exist_ok=True)
+    log = os.path.join(LOGS, re.sub(r"\W+", "_", name) + ".log")
+    start = time.time()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        rc, out = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = -1, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+            else (e.stdout or "")
+        out += f"\n[suite] TIMEOUT: {name} ran past {timeout} s and was killed\n"
+    with open(log, "w") as f:
+        f.write(out)
+    passed, failed = counts(out, rank0_prefix)
+    if rc != 0 and failed == 0:
+        failed = 1  # a crash, a timeout or an abort counts as a failure
+    status = "ok" if rc == 0 else f"FAILED (exit {rc})"
+    print(f"[suite] {name}: {passed} passed, {failed} failed, {time.time() - start:.0f} s, "
+          f"{status}  (log: {os.path.relpath(log, ROOT)})", flush=True)
+    if rc != 0:
+        print("\n".join(out.splitlines()[-60:]), flush=True)
+    return passed, failed
+
+
+def main():
+    stages = []
+    native = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
+    for binary in native:
+        name = os.path.basename(binary)
+        if "mpi" in name:
+            for n in (2, 3):
+                stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
+        else:
+            stages.append((f"native {name}", [binary], 180))
+    stages.append(("unit", PYTEST + ["tests/unit"], 600))
+    for n in (2, 3):
+        stages.append((f"parallel np={n}", MPIRUN + ["-np", str(n), "--tag-output"] + PYTEST +
+                       ["-x", "tests/parallel"], 900, "[1,0]<stdout>"))
+    stages.append(("failure", PYTEST + ["tests/failure"], 600))
+
+    total_passed = total_failed = 0
+    for spec in stages:
+        passed, failed = stage(*spec)
+        total_passed += passed
+        total_failed += failed
+    print(f"suite: {total_passed} passed, {total_failed} failed", flush=True)
+    return 1 if total_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
