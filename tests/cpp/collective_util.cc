@@ -154,6 +154,7 @@ OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, c
   OpPtr p = NewOp(name, dtype, shape, values, &e);
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = op;
+  p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer
   p->output.resize(p->input.size());
   p->output_shape = shape;
   e.output = p->output.data();
@@ -184,6 +185,7 @@ OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, c
   OpPtr p = NewOp(name, dtype, shape, values, &e);
   e.request.kind = CollectiveKind::kBroadcast;
   e.request.root_rank = root;
+  p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer
   p->output.resize(p->input.size());
   p->output_shape = shape;
   e.output = p->output.data();

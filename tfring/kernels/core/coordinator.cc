@@ -18,6 +18,9 @@ constexpr uint64_t kFlagNoNewRequests = 1;
 constexpr uint64_t kFlagNotShuttingDown = 2;
 constexpr double kCachedWaitDemoteSeconds = 1.0;
 constexpr auto kMinBackoff = std::chrono::microseconds(10);
+// With entries pending but no progress (peers have not submitted them yet), cycles repeat
+// after at most this pause: short, because a peer that submits now waits for our next cycle.
+constexpr auto kMaxBackoff = std::chrono::microseconds(100);
 
 bool TestBit(const std::vector<uint64_t>& w, size_t base, int bit) {
   return (w[base + bit / 64] >> (bit % 64)) & 1;
@@ -121,7 +124,8 @@ void Coordinator::Loop() {
       backoff = SteadyClock::duration::zero();
     } else {
       backoff = std::min<SteadyClock::duration>(
-          std::max<SteadyClock::duration>(backoff * 2, kMinBackoff), cycle_time);
+          std::max<SteadyClock::duration>(backoff * 2, kMinBackoff),
+          std::min<SteadyClock::duration>(kMaxBackoff, cycle_time));
     }
   }
 }

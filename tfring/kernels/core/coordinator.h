@@ -23,7 +23,7 @@
 //     into fusion groups (fusion.h), each one backend call; then `done` for each entry.
 // The thread sleeps between cycles only while it has nothing pending: an Enqueue wakes it
 // at once, so a lone tensor never waits for a timer. With entries pending but no progress
-// it backs off from 10 us up to TFRING_CYCLE_TIME, so waiting for a slow peer costs no CPU.
+// it backs off from 10 us up to 100 us (the control plane's own waits pace it further).
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.

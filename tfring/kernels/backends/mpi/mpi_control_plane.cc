@@ -1,5 +1,7 @@
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -8,8 +10,12 @@
 
 namespace tfring {
 namespace {
-constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kMaxSleep = std::chrono::microseconds(250);
+// Peers usually arrive within microseconds (every rank wakes when its own op is enqueued),
+// so poll hard at first, then yield the core, then sleep with growing pauses: a rank that
+// waits for a busy peer must not take CPU from the TensorFlow threads beside it.
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kSpinYield = std::chrono::microseconds(300);
+constexpr auto kMaxSleep = std::chrono::microseconds(200);
 }  // namespace
 
 MpiControlPlane::MpiControlPlane(MPI_Comm comm, double peer_timeout_seconds)
@@ -25,7 +31,7 @@ MpiControlPlane::~MpiControlPlane() {
 Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  auto sleep = std::chrono::microseconds(1);
+  auto sleep = std::chrono::microseconds(5);
   while (true) {
     int done = 0;
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -48,6 +54,10 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
           ": a peer process has died or hung. tfring has stopped; this job cannot continue.");
     }
     if (waited < kSpin) continue;
+    if (waited < kSpinYield) {
+      sched_yield();
+      continue;
+    }
     std::this_thread::sleep_for(sleep);
     sleep = std::min<std::chrono::microseconds>(sleep * 2, kMaxSleep);
   }

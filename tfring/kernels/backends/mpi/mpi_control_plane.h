@@ -1,5 +1,5 @@
 // ControlPlane over MPI: nonblocking collectives on tfring's own communicator, completed by
-// polling (a short spin, then sleeps backing off to 250 us), so that
+// polling (a short spin, then yields, then sleeps backing off to 200 us), so that
 //  - a rank waiting for slower peers does not burn a core that TensorFlow needs, and
 //  - a peer that stops answering is noticed: once the first cycle has completed (all ranks
 //    are up), a wait longer than TFRING_PEER_TIMEOUT_SECONDS fails with kUnavailable instead
