@@ -7,14 +7,23 @@
 See README.md for the whole API and the TFRING_* settings.
 """
 
-from tfring._library import build_info
-from tfring.collectives import (Average, Max, Min, Product, Sum, allgather, allgather_object,
-                                allreduce, broadcast, broadcast_object, broadcast_variables,
-                                grouped_allreduce)
-from tfring.runtime import (cross_rank, cross_size, init, is_initialized, local_rank,
-                            local_rank_op, local_size, local_size_op, mpi_built,
-                            mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
-                            shutdown, size, size_op)
+import os as _os
+import sys as _sys
+
+# MPI on freshly mapped pages is several times slower than on reused ones (every large
+# output tensor would be new memory): TF's pooling (BFC) CPU allocator reuses them. It must be
+# chosen before TF creates its CPU allocator (at the first op), so import tfring early. Set
+# TF_CPU_ALLOCATOR_USE_BFC=false yourself to keep TF's default allocator.
+_os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+from tfring._library import build_info  # noqa: E402
+from tfring.collectives import (  # noqa: E402
+    Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, broadcast,
+    broadcast_object, broadcast_variables, grouped_allreduce)
+from tfring.runtime import (  # noqa: E402
+    cross_rank, cross_size, init, is_initialized, local_rank, local_rank_op, local_size,
+    local_size_op, mpi_built, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
+    shutdown, size, size_op)
 
 __version__ = "0.1.0"
 
@@ -28,10 +37,19 @@ __all__ = [
 ]
 
 
+def _running_the_builder():
+    # `python -m tfring.build` imports this package before it runs the builder, and the
+    # builder must work exactly when the check below would fail (no library, another TF).
+    argv = getattr(_sys, "orig_argv", [])
+    return any(a == "-m" and b == "tfring.build" for a, b in zip(argv, argv[1:])) or \
+        "-mtfring.build" in argv
+
+
 def _check_build():
     # Fail at import, not at first use, when the library is missing or built for another TF.
     from tfring import _library
     _library.ops()
 
 
-_check_build()
+if not _running_the_builder():
+    _check_build()

@@ -44,8 +44,13 @@ def _clean_eager_errors(fn):
     return wrapper
 
 
+_REDUCIBLE_ENUMS = frozenset(d.as_datatype_enum for d in _REDUCIBLE)
+_GATHERABLE_ENUMS = frozenset(d.as_datatype_enum for d in _GATHERABLE)
+
+
 def _check_dtype(tensor, allowed, what, name):
-    if tensor.dtype not in allowed:
+    enums = _REDUCIBLE_ENUMS if allowed is _REDUCIBLE else _GATHERABLE_ENUMS
+    if tensor.dtype.as_datatype_enum not in enums:
         names = ", ".join(d.name for d in allowed)
         raise TypeError(f"tfring.{what} does not support dtype {tensor.dtype.name} (tensor "
                         f"'{name}'). Supported dtypes: {names}.")

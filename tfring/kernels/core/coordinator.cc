@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sched.h>
+
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -17,10 +19,17 @@ namespace {
 constexpr uint64_t kFlagNoNewRequests = 1;
 constexpr uint64_t kFlagNotShuttingDown = 2;
 constexpr double kCachedWaitDemoteSeconds = 1.0;
+constexpr auto kHotSpin = std::chrono::microseconds(200);
 constexpr auto kMinBackoff = std::chrono::microseconds(10);
 // With entries pending but no progress (peers have not submitted them yet), cycles repeat
 // after at most this pause: short, because a peer that submits now waits for our next cycle.
 constexpr auto kMaxBackoff = std::chrono::microseconds(100);
+
+// memcpy with a null pointer is undefined even for zero bytes, and empty tensors may have
+// null buffers.
+void CopyBytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
 
 bool TestBit(const std::vector<uint64_t>& w, size_t base, int bit) {
   return (w[base + bit / 64] >> (bit % 64)) & 1;
@@ -75,6 +84,7 @@ void Coordinator::Enqueue(Entry entry) {
     return;
   }
   queue_.push_back(std::move(entry));
+  queued_.fetch_add(1, std::memory_order_release);
   lock.unlock();
   wake_.notify_one();
 }
@@ -100,10 +110,19 @@ void Coordinator::Loop() {
   const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
       std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
   SteadyClock::duration backoff = SteadyClock::duration::zero();
+  auto last_progress = SteadyClock::now();
   while (true) {
+    const SteadyClock::duration wait = table_.empty() ? cycle_time : backoff;
+    if (wait > SteadyClock::duration::zero()) {
+      // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
+      // sleeping thread costs tens of microseconds, more than a small collective.
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             SteadyClock::now() - last_progress < kHotSpin) {
+        sched_yield();
+      }
+    }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      const SteadyClock::duration wait = table_.empty() ? cycle_time : backoff;
       if (wait > SteadyClock::duration::zero()) {
         wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
       }
@@ -121,6 +140,7 @@ void Coordinator::Loop() {
     }
     if (stop) return;
     if (progress) {
+      last_progress = SteadyClock::now();
       backoff = SteadyClock::duration::zero();
     } else {
       backoff = std::min<SteadyClock::duration>(
@@ -136,6 +156,7 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fresh.swap(queue_);
+    queued_.store(0, std::memory_order_relaxed);
   }
   for (Entry& e : fresh) {
     *progress = true;
@@ -326,6 +347,7 @@ void Coordinator::FailEverything(const Status& status) {
     accepting_ = false;
     stopped_status_ = status;
     queued.swap(queue_);
+    queued_.store(0, std::memory_order_relaxed);
   }
   std::vector<std::string> names;
   for (const auto& kv : table_) names.push_back(kv.first);
@@ -408,7 +430,7 @@ Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Res
     const int64_t count = NumElements(e.request.shape);
     const void* in = e.input;
     if (e.request.prescale_factor != 1.0) {
-      std::memcpy(e.output, e.input, count * esize);
+      CopyBytes(e.output, e.input, count * esize);
       ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
       in = e.output;
     }
@@ -422,7 +444,7 @@ Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Res
   int64_t offset = 0;
   for (Entry* e : group) {
     const int64_t count = NumElements(e->request.shape);
-    std::memcpy(buffer + offset * esize, e->input, count * esize);
+    CopyBytes(buffer + offset * esize, e->input, count * esize);
     if (e->request.prescale_factor != 1.0) {
       ScaleInPlace(dtype, e->request.prescale_factor, buffer + offset * esize, count);
     }
@@ -433,7 +455,7 @@ Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Res
   for (Entry* e : group) {
     const int64_t count = NumElements(e->request.shape);
     Postprocess(*e, r.reduce_op, buffer + offset * esize, count);
-    std::memcpy(e->output, buffer + offset * esize, count * esize);
+    CopyBytes(e->output, buffer + offset * esize, count * esize);
     offset += count;
   }
   return Status::OK();
@@ -466,7 +488,7 @@ Status Coordinator::ExecuteAllgather(const std::vector<Entry*>& group,
   int64_t offset = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
-    std::memcpy(send + offset, group[i]->input, n);
+    CopyBytes(send + offset, group[i]->input, n);
     offset += n;
   }
   TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, bytes_per_rank));
@@ -476,7 +498,7 @@ Status Coordinator::ExecuteAllgather(const std::vector<Entry*>& group,
     int64_t at = block;
     for (size_t i = 0; i < group.size(); ++i) {
       const int64_t n = rs[i]->first_dims[r] * RowBytes(group[i]->request);
-      std::memcpy(static_cast<char*>(group[i]->output) + out_offset[i], recv + at, n);
+      CopyBytes(static_cast<char*>(group[i]->output) + out_offset[i], recv + at, n);
       out_offset[i] += n;
       at += n;
     }
@@ -490,7 +512,7 @@ Status Coordinator::ExecuteBroadcast(const std::vector<Entry*>& group, const Res
   if (group.size() == 1) {
     Entry& e = *group[0];
     const int64_t bytes = TensorBytes(e.request);
-    if (is_root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
+    if (is_root && e.output != e.input) CopyBytes(e.output, e.input, bytes);
     return backend_->Broadcast(e.output, bytes, r.root_rank);
   }
   int64_t total = 0;
@@ -499,14 +521,14 @@ Status Coordinator::ExecuteBroadcast(const std::vector<Entry*>& group, const Res
   int64_t offset = 0;
   if (is_root) {
     for (Entry* e : group) {
-      std::memcpy(buffer + offset, e->input, TensorBytes(e->request));
+      CopyBytes(buffer + offset, e->input, TensorBytes(e->request));
       offset += TensorBytes(e->request);
     }
   }
   TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
   offset = 0;
   for (Entry* e : group) {
-    if (e->output != buffer + offset) std::memcpy(e->output, buffer + offset, TensorBytes(e->request));
+    if (e->output != buffer + offset) CopyBytes(e->output, buffer + offset, TensorBytes(e->request));
     offset += TensorBytes(e->request);
   }
   return Status::OK();

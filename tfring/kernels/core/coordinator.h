@@ -21,14 +21,16 @@
 //     the successful cacheable ones to its cache in list order, so caches stay identical.
 //  4. Execute: cache hits (slot order), then negotiated responses (list order), planned
 //     into fusion groups (fusion.h), each one backend call; then `done` for each entry.
-// The thread sleeps between cycles only while it has nothing pending: an Enqueue wakes it
-// at once, so a lone tensor never waits for a timer. With entries pending but no progress
+// The thread sleeps between cycles only while it has nothing pending (after 200 us of
+// yielding, since ops come in bursts): an Enqueue wakes it at once, so a lone tensor never
+// waits for a timer. With entries pending but no progress
 // it backs off from 10 us up to 100 us (the control plane's own waits pace it further).
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -101,6 +103,7 @@ class Coordinator {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Entry> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   bool accepting_ = false;
   bool shutdown_requested_ = false;
   Status stopped_status_;
