@@ -103,7 +103,7 @@ def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_fact
     _check_dtype(tensor, _REDUCIBLE, "allreduce", tensor_name)
     return _library.ops().tfring_allreduce(
         tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=tensor_name, cacheable=cacheable)
+        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly())
 
 
 def _allreduce_indexed_slices(slices, op, name):
@@ -133,7 +133,8 @@ def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
         _check_dtype(t, _REDUCIBLE, "grouped_allreduce", f"{tensor_name}.{i}")
     return _library.ops().tfring_grouped_allreduce(
         tensors, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable)
+        postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable,
+        eager=tf.executing_eagerly())
 
 
 @_clean_eager_errors
@@ -151,7 +152,8 @@ def allgather(tensor, name=None):
     if tensor.shape.rank == 0:
         raise ValueError(f"allgather needs a tensor of rank >= 1; '{tensor_name}' is a scalar. "
                          "Reshape it to [1] first.")
-    return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name)
+    return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name,
+                                           eager=tf.executing_eagerly())
 
 
 @_clean_eager_errors
@@ -162,7 +164,7 @@ def broadcast(tensor, root_rank, name=None):
     _check_dtype(tensor, _GATHERABLE, "broadcast", tensor_name)
     _check_root(root_rank)
     return _library.ops().tfring_broadcast(tensor, root_rank=root_rank, tensor_name=tensor_name,
-                                           cacheable=cacheable)
+                                           cacheable=cacheable, eager=tf.executing_eagerly())
 
 
 def broadcast_variables(variables, root_rank, name=None):

@@ -6,6 +6,10 @@
 //   TFRING_CYCLE_TIME                   ms       1         longest an idle background thread sleeps
 //                                                          before it answers its peers again (an
 //                                                          enqueue always wakes it at once)
+//   TFRING_BATCH_GAP_US                 us       50        ops from a graph arrive one by one: wait
+//                                                          until none has come for this long (at
+//                                                          most TFRING_CYCLE_TIME), so that they
+//                                                          are fused; eager ops never wait; 0: off
 //   TFRING_CACHE_CAPACITY               entries  1024      response cache size; 0 disables it
 //   TFRING_STALL_CHECK_TIME_SECONDS     s        60        warn about tensors some ranks lack; 0: off
 //   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        0         fail stalled ops after this; 0: never
@@ -25,6 +29,7 @@ enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kEr
 struct Options {
   int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
   double cycle_time_ms = 1.0;
+  double batch_gap_us = 50.0;
   int64_t cache_capacity = 1024;
   double stall_check_time_seconds = 60.0;
   double stall_shutdown_time_seconds = 0.0;

@@ -83,6 +83,7 @@ void Coordinator::Enqueue(Entry entry) {
     entry.done(s);
     return;
   }
+  if (!entry.eager) graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
   queue_.push_back(std::move(entry));
   queued_.fetch_add(1, std::memory_order_release);
   lock.unlock();
@@ -127,6 +128,7 @@ void Coordinator::Loop() {
         wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
       }
     }
+    WaitForBurstToEnd(cycle_time);
     bool progress = false, stop = false;
     Status s = RunCycle(&progress, &stop);
     if (!s.ok()) {
@@ -148,6 +150,21 @@ void Coordinator::Loop() {
           std::min<SteadyClock::duration>(kMaxBackoff, cycle_time));
     }
   }
+}
+
+void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
+  uint64_t seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+  if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
+  const auto gap = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double, std::micro>(options_.batch_gap_us));
+  const auto deadline = SteadyClock::now() + std::max(cycle_time, gap);
+  while (SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(gap);  // sleeps, so the executor thread can run (shared core)
+    const uint64_t now_seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+    if (now_seen == seen) break;
+    seen = now_seen;
+  }
+  graph_ops_seen_ = seen;
 }
 
 void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,
@@ -430,7 +447,7 @@ Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Res
     const int64_t count = NumElements(e.request.shape);
     const void* in = e.input;
     if (e.request.prescale_factor != 1.0) {
-      CopyBytes(e.output, e.input, count * esize);
+      if (e.output != e.input) CopyBytes(e.output, e.input, count * esize);
       ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
       in = e.output;
     }

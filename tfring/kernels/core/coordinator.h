@@ -25,6 +25,10 @@
 // yielding, since ops come in bursts): an Enqueue wakes it at once, so a lone tensor never
 // waits for a timer. With entries pending but no progress
 // it backs off from 10 us up to 100 us (the control plane's own waits pace it further).
+// Ops from a graph (tf.function, TF1) reach the runtime one by one as TF's executor runs
+// them; when such an op arrives the thread first waits until no more have come for
+// TFRING_BATCH_GAP_US (at most the cycle time), so that a step's tensors travel fused
+// instead of one cycle each. Eager ops skip that wait: their caller waits for them alone.
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
@@ -79,6 +83,8 @@ class Coordinator {
   };
 
   void Loop();
+  // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time.
+  void WaitForBurstToEnd(SteadyClock::duration cycle_time);
   // One cycle; sets *progress if anything was taken, executed or changed.
   Status RunCycle(bool* progress, bool* stop);
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
@@ -104,6 +110,7 @@ class Coordinator {
   std::condition_variable wake_;
   std::deque<Entry> queue_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
+  std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever
   bool accepting_ = false;
   bool shutdown_requested_ = false;
   Status stopped_status_;
@@ -116,6 +123,7 @@ class Coordinator {
   ResponseCache cache_;
   Negotiator negotiator_;  // used on rank 0 only
   std::vector<char> fusion_buffers_[2];
+  uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   SteadyClock::time_point last_stall_warning_;
 };
 

@@ -13,12 +13,17 @@ namespace tfring {
 struct Entry {
   Request request;  // name, collective, dtype, shape, reduce op, root, scale factors
   const void* input = nullptr;
-  // Allreduce and broadcast: preallocated, same shape as the input (may alias it on the
-  // broadcast root). Allgather: null until allocate_output runs.
+  // Allreduce and broadcast: preallocated, same shape as the input; it may be the input's
+  // own buffer (an allreduce input nothing else holds, the broadcast root's tensor).
+  // Allgather: null until allocate_output runs.
   void* output = nullptr;
   // Allgather only: allocates the output for `shape` (known after negotiation) and returns
   // its buffer. Called on the background thread.
   std::function<Status(const Shape& shape, void** buffer)> allocate_output;
+  // Set for eager ops: their caller waits for this op alone, so the runtime starts it at
+  // once. Ops from graphs (tf.function, TF1) come in bursts, and the runtime waits for the
+  // burst to end (TFRING_BATCH_GAP_US) so that its tensors are fused.
+  bool eager = false;
   // Called exactly once, on the background thread (or on the caller's thread when the op
   // fails before it is queued).
   std::function<void(const Status&)> done;

@@ -1,6 +1,9 @@
 #include "tfring/kernels/tf/adapter.h"
 
+#include <sched.h>
+
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 
@@ -46,26 +49,65 @@ void* MutableDataOf(tensorflow::Tensor* tensor) {
   return const_cast<char*>(tensor->tensor_data().data());
 }
 
-std::function<void(const Status&)> CompletionFor(tensorflow::OpKernelContext* context,
-                                                 tensorflow::AsyncOpKernel::DoneCallback done,
-                                                 int pending) {
-  struct Shared {
-    std::atomic<int> remaining;
-    std::mutex mutex;
-    Status first_error;
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->remaining = pending;
-  return [context, done, shared](const Status& s) {
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(shared->mutex);
-      if (shared->first_error.ok()) shared->first_error = s;
-    }
-    if (--shared->remaining == 0) {
-      if (!shared->first_error.ok()) context->SetStatus(ToTfStatus(shared->first_error));
-      done();
-    }
-  };
+namespace {
+// How long an eager caller waits on its own thread before it leaves completion to the
+// background thread. Small collectives finish well within it; longer ones do not notice
+// the extra wake-up.
+constexpr auto kInlineWait = std::chrono::microseconds(300);
+}  // namespace
+
+KernelCompletion::KernelCompletion(tensorflow::OpKernelContext* context,
+                                   tensorflow::AsyncOpKernel::DoneCallback done, int pending,
+                                   bool wait_inline)
+    : context_(context),
+      done_(std::move(done)),
+      remaining_(pending),
+      waiter_(wait_inline ? kWaiting : kNoWaiter) {}
+
+std::shared_ptr<KernelCompletion> KernelCompletion::Create(
+    tensorflow::OpKernelContext* context, tensorflow::AsyncOpKernel::DoneCallback done,
+    int pending, bool wait_inline) {
+  return std::make_shared<KernelCompletion>(context, std::move(done), pending, wait_inline);
+}
+
+std::function<void(const Status&)> KernelCompletion::EntryCallback(
+    std::shared_ptr<KernelCompletion> self) {
+  return [self](const Status& s) { self->EntryDone(s); };
+}
+
+void KernelCompletion::EntryDone(const Status& s) {
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (first_error_.ok()) first_error_ = s;
+  }
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  int expected = kWaiting;
+  if (waiter_.compare_exchange_strong(expected, kHandedToWaiter, std::memory_order_acq_rel)) {
+    return;  // the kernel's thread is waiting and completes it
+  }
+  Complete();
+}
+
+void KernelCompletion::WaitInline() {
+  if (waiter_.load(std::memory_order_acquire) == kNoWaiter) return;
+  const auto deadline = std::chrono::steady_clock::now() + kInlineWait;
+  while (waiter_.load(std::memory_order_acquire) != kHandedToWaiter &&
+         std::chrono::steady_clock::now() < deadline) {
+    sched_yield();
+  }
+  int expected = kWaiting;
+  if (waiter_.compare_exchange_strong(expected, kWaiterGaveUp, std::memory_order_acq_rel)) {
+    return;  // too slow: the background thread completes it
+  }
+  Complete();  // handed to us
+}
+
+void KernelCompletion::Complete() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!first_error_.ok()) context_->SetStatus(ToTfStatus(first_error_));
+  }
+  done_();
 }
 
 }  // namespace tfring

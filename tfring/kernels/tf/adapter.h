@@ -2,7 +2,10 @@
 // shapes, and the done callback that completes an async kernel.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -18,10 +21,44 @@ Shape ShapeOf(const tensorflow::Tensor& tensor);
 const void* DataOf(const tensorflow::Tensor& tensor);
 void* MutableDataOf(tensorflow::Tensor* tensor);
 
-// A done callback for runtime entries: records a failure on the kernel context, then
-// completes the kernel. `pending` > 1 waits for that many calls (grouped ops).
-std::function<void(const Status&)> CompletionFor(tensorflow::OpKernelContext* context,
-                                                 tensorflow::AsyncOpKernel::DoneCallback done,
-                                                 int pending = 1);
+// Completes an async kernel once the runtime has finished all of its entries (one, or
+// one per tensor of a grouped op), recording the first failure on the kernel's context.
+//
+// An eager op's caller blocks until the kernel is done, and waking a blocked thread costs
+// tens of microseconds, more than a small collective. So for small eager ops (see
+// kInlineWaitMaxBytes) WaitInline lets the
+// calling thread wait (yielding) for a short while and complete the kernel itself; if the
+// runtime is slower, the background thread completes it as usual. Exactly one of the two
+// calls `done`.
+class KernelCompletion {
+ public:
+  // Larger ops gain nothing from waiting inline, and the waiting thread would take CPU
+  // time from the transfer when ranks are bound to one core each.
+  static constexpr int64_t kInlineWaitMaxBytes = 64 * 1024;
+
+  static std::shared_ptr<KernelCompletion> Create(tensorflow::OpKernelContext* context,
+                                                  tensorflow::AsyncOpKernel::DoneCallback done,
+                                                  int pending, bool wait_inline);
+  // The callback for each Entry::done (call once per pending entry).
+  static std::function<void(const Status&)> EntryCallback(std::shared_ptr<KernelCompletion> self);
+  // Called on the kernel's thread after every entry is queued; returns at once unless the
+  // completion was created with wait_inline.
+  void WaitInline();
+
+  KernelCompletion(tensorflow::OpKernelContext* context,
+                   tensorflow::AsyncOpKernel::DoneCallback done, int pending, bool wait_inline);
+
+ private:
+  enum : int { kNoWaiter, kWaiting, kHandedToWaiter, kWaiterGaveUp };
+  void EntryDone(const Status& status);
+  void Complete();
+
+  tensorflow::OpKernelContext* const context_;
+  const tensorflow::AsyncOpKernel::DoneCallback done_;
+  std::atomic<int> remaining_;
+  std::atomic<int> waiter_;
+  std::mutex mutex_;
+  Status first_error_;
+};
 
 }  // namespace tfring

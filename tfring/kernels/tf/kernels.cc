@@ -1,6 +1,7 @@
 // The TF kernels: check the input, allocate the output, hand an Entry to the runtime, return.
 // Completion (and any error, with the same text on every rank) arrives through `done` on
-// the runtime's background thread.
+// the runtime's background thread, or, for eager ops that finish quickly, on the caller's
+// (KernelCompletion in adapter.h).
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ class AllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
     OP_REQUIRES(c, IsValidReduceOp(reduce_op_),
                 absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op_)));
   }
@@ -73,17 +75,25 @@ class AllreduceOp : public AsyncOpKernel {
       e.request.postscale_factor = postscale_;
       e.request.shape = ShapeOf(input);
       e.request.cacheable = cacheable_;
+      // When nothing else holds the input (a gradient inside a step, say), reduce in place:
+      // MPI then works on memory the producer just wrote, instead of a fresh output buffer.
       Tensor* output = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, input.shape(), &output), done);
+      OP_REQUIRES_OK_ASYNC(
+          ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &output), done);
       e.input = DataOf(input);
       e.output = MutableDataOf(output);
     }
-    auto completion = CompletionFor(ctx, done, n);
     if (n == 0) return done();
+    int64_t bytes = 0;
+    for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
+    auto completion = KernelCompletion::Create(
+        ctx, done, n, eager_ && bytes <= KernelCompletion::kInlineWaitMaxBytes);
     for (Entry& e : entries) {
-      e.done = completion;
+      e.eager = eager_;
+      e.done = KernelCompletion::EntryCallback(completion);
       GlobalRuntime::Get().Enqueue(std::move(e));
     }
+    completion->WaitInline();
   }
 
  private:
@@ -91,12 +101,14 @@ class AllreduceOp : public AsyncOpKernel {
   float prescale_, postscale_;
   std::string name_;
   bool cacheable_;
+  bool eager_;
 };
 
 class AllgatherOp : public AsyncOpKernel {
  public:
   explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -123,12 +135,17 @@ class AllgatherOp : public AsyncOpKernel {
       *buffer = MutableDataOf(output);
       return Status::OK();
     };
-    e.done = CompletionFor(ctx, done);
+    auto completion = KernelCompletion::Create(
+        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
     GlobalRuntime::Get().Enqueue(std::move(e));
+    completion->WaitInline();
   }
 
  private:
   std::string name_;
+  bool eager_;
 };
 
 class BroadcastOp : public AsyncOpKernel {
@@ -137,6 +154,7 @@ class BroadcastOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -166,14 +184,19 @@ class BroadcastOp : public AsyncOpKernel {
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
       e.output = MutableDataOf(output);
     }
-    e.done = CompletionFor(ctx, done);
+    auto completion = KernelCompletion::Create(
+        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
     GlobalRuntime::Get().Enqueue(std::move(e));
+    completion->WaitInline();
   }
 
  private:
   int root_rank_;
   std::string name_;
   bool cacheable_;
+  bool eager_;
 };
 
 template <int ProcessLayout::*Field>

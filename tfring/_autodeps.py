@@ -1,0 +1,30 @@
+"""Keeps tf.function from running tfring's collectives one at a time.
+
+Inside tf.function, TensorFlow adds control edges between stateful ops in program order
+("automatic control dependencies"). tfring's ops are stateful (they must never be pruned,
+folded or merged), so every collective would wait for the previous one to finish: a step's
+gradients would go one cycle each and never be fused. TensorFlow exempts its own collective
+and infeed ops through a list of "must run, in any order" op types; tfring's ops belong
+there for the same reason, and their order does not matter because the runtime pairs
+tensors across ranks by name. The list is private to TensorFlow, so a TensorFlow without it
+keeps the ordering and gets a warning instead of an error.
+"""
+
+import logging
+
+UNORDERED_OP_TYPES = frozenset(
+    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast"))
+
+
+def allow_unordered_collectives():
+    """Registers tfring's op types as order-insensitive stateful ops (idempotent)."""
+    try:
+        from tensorflow.python.framework import auto_control_deps
+        current = auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS
+    except (ImportError, AttributeError):
+        logging.getLogger("tfring").warning(
+            "tfring: this TensorFlow has no MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS; "
+            "collectives inside tf.function run one at a time and are not fused.")
+        return
+    auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = (
+        frozenset(current) | UNORDERED_OP_TYPES)
