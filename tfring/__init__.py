@@ -20,6 +20,10 @@ from tfring._library import build_info  # noqa: E402
 from tfring.collectives import (  # noqa: E402
     Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, broadcast,
     broadcast_object, broadcast_variables, grouped_allreduce)
+from tfring.compression import Compression  # noqa: E402
+from tfring.gradient_tape import DistributedGradientTape  # noqa: E402
+from tfring.optimizer_v1 import (  # noqa: E402
+    BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
 from tfring.runtime import (  # noqa: E402
     cross_rank, cross_size, init, is_initialized, local_rank, local_rank_op, local_size,
     local_size_op, mpi_built, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
@@ -34,6 +38,8 @@ __all__ = [
     "mpi_version", "build_info", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "broadcast_variables",
     "allgather_object", "broadcast_object",
+    "Compression", "DistributedOptimizer", "DistributedGradientTape",
+    "BroadcastGlobalVariablesHook", "broadcast_global_variables",
 ]
 
 

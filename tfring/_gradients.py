@@ -1,0 +1,115 @@
+"""Averaging gradients over ranks: the part shared by every optimizer wrapper and the tape.
+
+Each gradient is matched across ranks by a name made from its position in the list and its
+variable's name, so the list must be the same on every rank (the same model), but the order
+in which TF runs the allreduces does not matter.
+"""
+
+import re
+
+import tensorflow as tf
+
+from tfring import collectives, runtime
+from tfring.compression import Compression
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+def check_options(op, gradient_predivide_factor, backward_passes_per_step):
+    """Validates the options every wrapper shares; raises ValueError naming the bad one."""
+    if op not in (collectives.Average, collectives.Sum):
+        raise ValueError(f"op must be tfring.Average or tfring.Sum for gradients. Received: {op!r}")
+    if gradient_predivide_factor != 1.0 and op != collectives.Average:
+        raise ValueError("gradient_predivide_factor needs op=tfring.Average. "
+                         f"Received: op={op!r}, gradient_predivide_factor="
+                         f"{gradient_predivide_factor}")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1. "
+                         f"Received: {backward_passes_per_step}")
+
+
+def variable_label(variable, index):
+    """A name for gradient `index` that is the same on every rank running the same model."""
+    name = getattr(variable, "path", None) or getattr(variable, "name", None) or "grad"
+    return f"{index}.{_UNSAFE.sub('_', str(name).replace(':0', ''))}"
+
+
+def _scale_factors(op, gradient_predivide_factor):
+    """(wire op, prescale, postscale): Horovod's split of the average around the sum."""
+    if op == collectives.Average and gradient_predivide_factor != 1.0:
+        return (collectives.Sum, 1.0 / gradient_predivide_factor,
+                gradient_predivide_factor / runtime.size())
+    return op, 1.0, 1.0
+
+
+def _group_indices(groups, variables, count):
+    """Lists of gradient indices to reduce together (grouped_allreduce), then the rest alone."""
+    if groups is None:
+        return [], list(range(count))
+    if isinstance(groups, int):
+        if groups < 1:
+            raise ValueError(f"groups must be >= 1 or a list of variable lists. Received: {groups}")
+        bounds = [round(i * count / groups) for i in range(groups + 1)]
+        return [list(range(bounds[i], bounds[i + 1])) for i in range(groups)
+                if bounds[i] < bounds[i + 1]], []
+    position = {id(v): i for i, v in enumerate(variables)}
+    grouped, taken = [], set()
+    for group in groups:
+        indices = []
+        for v in group:
+            if id(v) not in position:
+                raise ValueError(f"groups names a variable that has no gradient here: "
+                                 f"{getattr(v, 'name', v)}")
+            indices.append(position[id(v)])
+        taken.update(indices)
+        grouped.append(sorted(indices))
+    return grouped, [i for i in range(count) if i not in taken]
+
+
+def allreduce_gradients(grads, variables, *, op=collectives.Average,
+                        compression=Compression.none, sparse_as_dense=False,
+                        gradient_predivide_factor=1.0, groups=None, prefix="grad"):
+    """Returns `grads` reduced over all ranks (None stays None).
+
+    Dense gradients are allreduced (grouped as `groups` says); tf.IndexedSlices are
+    allgathered, or densified first with sparse_as_dense=True.
+    """
+    if runtime.size() == 1:
+        return list(grads)
+    wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor)
+    grads = list(grads)
+    if sparse_as_dense:
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
+    out = list(grads)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = [i for i in present if not isinstance(grads[i], tf.IndexedSlices)]
+    for i in present:
+        if isinstance(grads[i], tf.IndexedSlices):
+            g = grads[i]
+            values = g.values * prescale if prescale != 1.0 else g.values
+            reduced = collectives.allreduce(
+                tf.IndexedSlices(values, g.indices, g.dense_shape),
+                op=op if prescale == 1.0 else collectives.Sum,
+                name=f"{prefix}.{variable_label(variables[i], i)}")
+            if prescale != 1.0:
+                reduced = tf.IndexedSlices(reduced.values * postscale, reduced.indices,
+                                           reduced.dense_shape)
+            out[i] = reduced
+    grouped, alone = _group_indices(groups, [variables[i] for i in dense], len(dense))
+    for k, group in enumerate(grouped):
+        members = [dense[j] for j in group]
+        sent, ctxs = zip(*(compression.compress(grads[i]) for i in members))
+        reduced = collectives.grouped_allreduce(
+            list(sent), op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
+            name=f"{prefix}.group{k}.{variable_label(variables[members[0]], members[0])}")
+        for i, r, c in zip(members, reduced, ctxs):
+            out[i] = compression.decompress(r, c)
+    for j in alone:
+        i = dense[j]
+        sent, ctx = compression.compress(grads[i])
+        reduced = collectives.allreduce(
+            sent, op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
+            name=f"{prefix}.{variable_label(variables[i], i)}")
+        out[i] = compression.decompress(reduced, ctx)
+    return out
