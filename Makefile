@@ -11,7 +11,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q -e ".[test]"
+	$(PYTHON) -m pip install -q -e ".[test,examples]"
 	touch $@
 
 build: $(VENV)/.installed

@@ -1,7 +1,8 @@
 """Runs the whole test suite, stage by stage, and ends with one line: `suite: N passed, N failed`.
 
 Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks), unit tests (one
-process), parallel tests under mpirun at 2 and 3 ranks, failure scenarios. Every stage has a
+process), parallel tests under mpirun at 2 and 3 ranks, failure scenarios, the examples
+(each run under mpirun as a user would). Every stage has a
 timeout, so a hang is a failure with a message. Full logs go to build/test-logs/.
 """
 
@@ -74,6 +75,7 @@ def main():
         stages.append((f"parallel np={n}", MPIRUN + ["-np", str(n), "--tag-output"] + PYTEST +
                        ["-x", "tests/parallel"], 900, "[1,0]<stdout>"))
     stages.append(("failure", PYTEST + ["tests/failure"], 600))
+    stages.append(("examples", PYTEST + ["tests/examples"], 600))
 
     total_passed = total_failed = 0
     for spec in stages:

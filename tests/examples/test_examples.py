@@ -1,0 +1,39 @@
+"""Runs each example as a user would (`mpirun -np 2 python examples/X.py`) and checks what it
+prints: accuracy well above chance, and identical weights where the example checks them."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+
+
+def run_example(script, *args, timeout=300):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", sys.executable,
+                           os.path.join(ROOT, "examples", script), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def accuracies(output):
+    return [float(a) for a in re.findall(r"test accuracy (\d\.\d+)", output)]
+
+
+def test_tf2_custom_loop():
+    out = run_example("tf2_custom_loop.py", "--epochs", "4")
+    assert accuracies(out)[-1] > 0.85, out
+    assert "weights identical on all 2 ranks: True" in out, out
+
+
+def test_tf1_monitored_session(tmp_path):
+    out = run_example("tf1_monitored_session.py", "--steps", "300",
+                      "--checkpoint-dir", str(tmp_path))
+    assert accuracies(out)[-1] > 0.85, out
+    assert any(name.startswith("model.ckpt") for name in os.listdir(tmp_path))
