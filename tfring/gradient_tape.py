@@ -53,5 +53,8 @@ class DistributedGradientTape:
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __getattr__(self, name):
-        # watch, stop_recording, reset, jacobian, ...: the wrapped tape's.
+        # watch, stop_recording, reset, jacobian, ...: the wrapped tape's. (Only called for
+        # names not found on self; _tape itself must not recurse when it is missing.)
+        if name == "_tape":
+            raise AttributeError(name)
         return getattr(self._tape, name)
