@@ -9,20 +9,42 @@
         tfring.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
 
 Works eagerly and inside tf.function.
+
+With backward_passes_per_step=N > 1 the tape sums N passes locally and reduces once; apply
+through the tape, so that the optimizer runs on update steps only:
+
+    grads = tape.gradient(loss, variables)      # reduced sums every Nth call, else zeros
+    tape.apply_gradients(optimizer, zip(grads, variables))
 """
 
 import tensorflow as tf
 
-from tfring import _gradients, collectives, naming
+from tfring import _accumulation, _gradients, collectives, naming
 from tfring.compression import Compression
+
+# Tapes are made anew each step, but the sums of backward_passes_per_step > 1 must outlive
+# them: they are kept per list of variables (and options).
+_ACCUMULATORS = {}
+
+
+def _accumulator_for(sources, passes, average):
+    key = (tuple(id(v) for v in sources), passes, average)
+    accumulator = _ACCUMULATORS.get(key)
+    if accumulator is None:
+        accumulator = _accumulation.GradientAccumulator(passes, average)
+        accumulator.build(sources)
+        _ACCUMULATORS[key] = accumulator
+    return accumulator
 
 
 class DistributedGradientTape:
     """Wraps a tf.GradientTape: gradient() returns gradients reduced over all ranks.
 
     Args: Horovod's (see tfring.DistributedOptimizer). `device_dense`/`device_sparse` are
-    accepted for compatibility. backward_passes_per_step > 1 is not implemented yet for the
-    tape and raises NotImplementedError.
+    accepted for compatibility. backward_passes_per_step=N > 1: gradient() adds to local
+    sums kept across tapes (per list of sources) and returns them reduced over ranks every
+    Nth call, zeros on the others; `apply_gradients(optimizer, ...)` applies on those
+    update steps only. average_aggregated_gradients=True divides the sums by N.
     """
 
     def __init__(self, gradtape, device_dense="", device_sparse="",
@@ -31,11 +53,10 @@ class DistributedGradientTape:
                  average_aggregated_gradients=False, persistent=False,
                  watch_accessed_variables=True):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
-        if backward_passes_per_step != 1:
-            raise NotImplementedError(
-                "tfring.DistributedGradientTape: backward_passes_per_step > 1 is not "
-                "implemented yet; use 1.")
         self._tape = gradtape
+        self._passes = int(backward_passes_per_step)
+        self._average_passes = average_aggregated_gradients
+        self._is_update = None
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
@@ -48,9 +69,32 @@ class DistributedGradientTape:
                                     **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
-        reduced = _gradients.allreduce_gradients(flat_grads, flat_sources, prefix=self._prefix,
-                                                 **self._reduce_options)
+        if self._passes == 1:
+            reduced = _gradients.allreduce_gradients(flat_grads, flat_sources,
+                                                     prefix=self._prefix, **self._reduce_options)
+        else:
+            accumulator = _accumulator_for(flat_sources, self._passes, self._average_passes)
+            self._is_update, reduced = _accumulation.reduce_on_update_step(
+                accumulator, flat_grads, flat_sources, self._reduce_options, self._prefix)
         return tf.nest.pack_sequence_as(grads, reduced)
+
+    def apply_gradients(self, optimizer, grads_and_vars):
+        """`optimizer.apply_gradients(grads_and_vars)`, on update steps only.
+
+        With backward_passes_per_step=1 every call is an update step. Call gradient() first.
+        """
+        grads_and_vars = list(grads_and_vars)
+        if self._passes == 1:
+            return optimizer.apply_gradients(grads_and_vars)
+        if self._is_update is None:
+            raise ValueError("DistributedGradientTape.apply_gradients: call gradient() on this "
+                             "tape first; it decides whether this is an update step.")
+        build = getattr(optimizer, "build", None)
+        if callable(build) and not getattr(optimizer, "built", True):
+            # Keras creates its slots on first apply; variables cannot be made in a tf.cond.
+            build([v for _, v in grads_and_vars])
+        return _accumulation.apply_on_update_step(
+            self._is_update, lambda: optimizer.apply_gradients(grads_and_vars))
 
     def __getattr__(self, name):
         # watch, stop_recording, reset, jacobian, ...: the wrapped tape's. (Only called for

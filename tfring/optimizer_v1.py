@@ -12,7 +12,7 @@ gone there); the hook here is a tf.compat.v1.train.SessionRunHook.
 
 import tensorflow as tf
 
-from tfring import _gradients, collectives, naming
+from tfring import _accumulation, _gradients, collectives, naming
 from tfring.compression import Compression
 
 
@@ -21,8 +21,12 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     apply_gradients and minimize work as with the wrapped optimizer.
 
     Args: Horovod's. `device_dense`/`device_sparse` are accepted for compatibility (tfring
-    places collectives with their inputs). backward_passes_per_step > 1 is not implemented
-    yet for TF1 graphs and raises NotImplementedError.
+    places collectives with their inputs). With backward_passes_per_step=N > 1, each
+    session run adds its gradients to local sums; every Nth run compute_gradients returns
+    the sums reduced over ranks (zeros on the other runs) and apply_gradients applies
+    them, so the wrapped optimizer and `global_step` advance once per N runs (count
+    StopAtStepHook's last_step in applied steps). The sums are local variables (not
+    checkpointed, not broadcast; see tfring/_accumulation.py).
     """
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense="",
@@ -31,11 +35,11 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  groups=None):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
-        if backward_passes_per_step != 1:
-            raise NotImplementedError(
-                "tfring.DistributedOptimizer (TF1): backward_passes_per_step > 1 is not "
-                "implemented yet; use 1, or tfring.keras.DistributedOptimizer.")
         self._optimizer = optimizer
+        self._passes = int(backward_passes_per_step)
+        self._average_passes = average_aggregated_gradients
+        self._accumulators = {}  # graph -> GradientAccumulator
+        self._update_steps = {}  # graph -> the bool tensor of the last compute_gradients
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
@@ -50,12 +54,37 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
         if not pairs:
             return pairs
         grads, variables = zip(*pairs)
-        reduced = _gradients.allreduce_gradients(grads, variables, prefix=self._prefix,
-                                                 **self._reduce_options)
+        if self._passes == 1:
+            reduced = _gradients.allreduce_gradients(grads, variables, prefix=self._prefix,
+                                                     **self._reduce_options)
+            return list(zip(reduced, variables))
+        graph = tf.compat.v1.get_default_graph()
+        accumulator = self._accumulators.get(graph)
+        if accumulator is None:
+            accumulator = _accumulation.GradientAccumulator(
+                self._passes, self._average_passes, local_variables=True)
+            accumulator.build(variables)
+            self._accumulators[graph] = accumulator
+        is_update, reduced = _accumulation.reduce_on_update_step(
+            accumulator, grads, variables, self._reduce_options, self._prefix)
+        self._update_steps[graph] = is_update
         return list(zip(reduced, variables))
 
-    def apply_gradients(self, *args, **kwargs):
-        return self._optimizer.apply_gradients(*args, **kwargs)
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """The wrapped optimizer's apply_gradients; with backward_passes_per_step > 1, only
+        on the update steps that compute_gradients marked."""
+        if self._passes == 1:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        is_update = self._update_steps.get(tf.compat.v1.get_default_graph())
+        if is_update is None:
+            raise ValueError("tfring.DistributedOptimizer with backward_passes_per_step > 1: "
+                             "call compute_gradients (or minimize) of this optimizer before "
+                             "apply_gradients, so it knows which runs are update steps.")
+        grads_and_vars = list(grads_and_vars)
+        with tf.init_scope():  # slots are variables: create them outside the tf.cond
+            self._optimizer._create_slots([v for g, v in grads_and_vars if g is not None])
+        return _accumulation.apply_on_update_step(
+            is_update, lambda: self._optimizer.apply_gradients(grads_and_vars, global_step, name))
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)

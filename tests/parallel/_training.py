@@ -44,12 +44,17 @@ def loss_fn(variables, x, ids, y):
     return tf.reduce_mean((pred - y) ** 2)
 
 
-def reference_weights(steps, size, lr, seed=1):
-    """Plain single-process SGD on the whole global batch (what 2 ranks at B must match)."""
+def reference_weights(steps, size, lr, seed=1, passes=1):
+    """Plain single-process SGD on the whole global batch (what 2 ranks at B must match).
+
+    With passes > 1, applied step k uses the global batches of micro-steps k*passes ...
+    (k+1)*passes-1 together: what accumulation with averaging must match.
+    """
     variables = make_variables(seed)
     opt = tf.keras.optimizers.SGD(lr)
     for step in range(steps):
-        x, ids, y = global_batch(step, size)
+        micro = [global_batch(step * passes + p, size) for p in range(passes)]
+        x, ids, y = (np.concatenate(parts) for parts in zip(*micro))
         with tf.GradientTape() as tape:
             loss = loss_fn(variables, x, ids, y)
         grads = tape.gradient(loss, variables)

@@ -103,7 +103,34 @@ def test_broadcast_global_variables_op(rank, size):
             np.testing.assert_array_equal(sess.run(v), [float(size - 1)] * 3)
 
 
-def test_accumulation_not_implemented_says_so(rank, size):
-    with pytest.raises(NotImplementedError, match="backward_passes_per_step"):
-        tfring.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
-                                    backward_passes_per_step=2)
+@pytest.mark.parametrize("sparse_as_dense", [False, True], ids=["sparse", "dense"])
+def test_accumulation_applies_every_second_run(rank, size, sparse_as_dense):
+    # 2 runs per applied step, averaged: 1 process at a batch 2 * size times larger.
+    # global_step counts applied steps, so StopAtStepHook stops after 2 * STEPS runs.
+    options = dict(backward_passes_per_step=2, average_aggregated_gradients=True,
+                   sparse_as_dense=sparse_as_dense)
+    with tf.Graph().as_default():
+        variables, feeds, train_op, global_step = build(rank, seed=1, optimizer_options=options)
+        fetch = FetchAtEnd(variables)
+        hooks = [tfring.BroadcastGlobalVariablesHook(0),
+                 v1.train.StopAtStepHook(last_step=STEPS), fetch]
+        runs = 0
+        with v1.train.MonitoredTrainingSession(hooks=hooks) as sess:
+            while not sess.should_stop():
+                batch = shard(global_batch(runs, size), rank)
+                sess.run(train_op, feed_dict=dict(zip(feeds, batch)))
+                runs += 1
+        got = fetch.values
+    assert runs == 2 * STEPS
+    assert_identical_across_ranks(got, "tf1-accumulate")
+    for g, want in zip(got, reference_weights(STEPS, size, LR, passes=2)):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_accumulation_apply_needs_compute_first(rank, size):
+    with tf.Graph().as_default():
+        v = v1.get_variable("v", initializer=tf.constant([1.0]), use_resource=True)
+        opt = tfring.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                          backward_passes_per_step=2)
+        with pytest.raises(ValueError, match="call compute_gradients"):
+            opt.apply_gradients([(tf.constant([1.0]), v)])

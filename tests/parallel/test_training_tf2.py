@@ -11,23 +11,24 @@ from _training import (assert_identical_across_ranks, global_batch, loss_fn, mak
 STEPS, LR = 4, 0.1
 
 
-def train(rank, size, use_function, steps=STEPS, **tape_options):
-    # Ranks start from different weights; the broadcast after the first step makes them one.
+def train(rank, size, use_function, steps=STEPS, optimizer=None, **tape_options):
+    # Ranks start from different weights; the broadcast before the first step makes them one.
     variables = make_variables(seed=1 if rank == 0 else 100 + rank)
-    opt = tf.keras.optimizers.SGD(LR)
+    opt = optimizer or tf.keras.optimizers.SGD(LR)
 
     def step_fn(x, ids, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(variables, x, ids, y)
         tape = tfring.DistributedGradientTape(tape, **tape_options)
         grads = tape.gradient(loss, variables)
-        opt.apply_gradients(zip(grads, variables))
+        tape.apply_gradients(opt, zip(grads, variables))
         return loss
 
     step = tf.function(step_fn) if use_function else step_fn
     # Horovod's pattern: broadcast the initial weights before training.
     tfring.broadcast_variables(variables, root_rank=0)
-    for s in range(steps):
+    passes = tape_options.get("backward_passes_per_step", 1)
+    for s in range(steps * passes):
         step(*(tf.constant(a) for a in shard(global_batch(s, size), rank)))
     return [v.numpy() for v in variables]
 
@@ -54,6 +55,28 @@ def test_tape_options(rank, size, options):
             else reference_weights(STEPS, size, LR))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_function", [False, True], ids=["eager", "function"])
+def test_tape_accumulation_equals_a_larger_batch(rank, size, use_function):
+    # 2 passes per update, averaged (the embedding's sparse gradient goes into a dense sum):
+    # the same as 1 process at a batch 2 * size times larger; the optimizer runs on update
+    # steps only, so its iterations count applied steps.
+    opt = tf.keras.optimizers.SGD(LR, momentum=0.5)
+    got = train(rank, size, use_function, optimizer=opt, backward_passes_per_step=2,
+                average_aggregated_gradients=True)
+    assert int(opt.iterations) == STEPS
+    assert_identical_across_ranks(got, "tape-accumulate")
+    reference = make_variables(seed=1)
+    ref_opt = tf.keras.optimizers.SGD(LR, momentum=0.5)
+    for step in range(STEPS):
+        micro = [global_batch(2 * step + p, size) for p in range(2)]
+        x, ids, y = (np.concatenate(parts) for parts in zip(*micro))
+        with tf.GradientTape() as tape:
+            loss = loss_fn(reference, x, ids, y)
+        ref_opt.apply_gradients(zip(tape.gradient(loss, reference), reference))
+    for g, w in zip(got, reference):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_tape_fp16_compression_is_close(rank, size):

@@ -1,0 +1,68 @@
+"""A small deterministic Keras problem for the model.fit tests: every rank can build the whole
+global data set, fit on its own shard, and recompute the one-process result on the global
+batch. Works with Keras 3 and with tf_keras (whichever `keras` module is passed)."""
+
+import numpy as np
+
+import tfring
+
+FEATURES, VOCAB, BATCH = 6, 12, 4  # BATCH: examples per rank per step
+
+
+def global_data(steps, size, passes=1, seed=0):
+    """(x, ids, y) for `steps` applied steps of size*passes*BATCH examples each."""
+    rng = np.random.default_rng(seed)
+    n = steps * passes * size * BATCH
+    return (rng.normal(size=(n, FEATURES)).astype(np.float32),
+            rng.integers(0, VOCAB, size=(n, 1)).astype(np.int32),
+            rng.normal(size=(n, 1)).astype(np.float32))
+
+
+def shard(data, rank, size):
+    """Rank's rows: for every micro-batch of the global order, its own BATCH rows."""
+    n = len(data[0])
+    rows = np.concatenate([np.arange(start + rank * BATCH, start + (rank + 1) * BATCH)
+                           for start in range(0, n, size * BATCH)])
+    return tuple(a[rows] for a in data)
+
+
+def make_model(keras, seed, embedding=False):
+    """Dense (and, with embedding=True, an Embedding whose gradient is tf.IndexedSlices)."""
+    keras.utils.set_random_seed(seed)
+    x_in = keras.Input((FEATURES,))
+    hidden = keras.layers.Dense(5, activation="tanh")(x_in)
+    inputs = [x_in]
+    if embedding:
+        ids = keras.Input((1,), dtype="int32")
+        embedded = keras.layers.Flatten()(keras.layers.Embedding(VOCAB, 3)(ids))
+        hidden = keras.layers.Concatenate()([hidden, embedded])
+        inputs.append(ids)
+    out = keras.layers.Dense(1)(hidden)
+    return keras.Model(inputs, out)
+
+
+def fit_inputs(data, embedding):
+    x, ids, y = data
+    return ([x, ids] if embedding else x), y
+
+
+def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, seed=1):
+    """One process, the same initial weights, the whole global batch per applied step."""
+    model = make_model(keras, seed, embedding)
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = fit_inputs(global_data(steps, size, passes), embedding)
+    model.fit(x, y, batch_size=size * passes * BATCH, epochs=1, shuffle=False, verbose=0)
+    return [w.numpy() for w in model.weights]
+
+
+def weights_and_optimizer_state(model):
+    optimizer = model.optimizer
+    variables = optimizer.variables
+    variables = variables() if callable(variables) else variables
+    return [np.asarray(w) for w in model.get_weights()] + [np.asarray(v) for v in variables]
+
+
+def assert_same_on_all_ranks(arrays, label):
+    for i, a in enumerate(arrays):
+        root = tfring.broadcast_object(a, 0, name=f"{label}.{i}")
+        np.testing.assert_array_equal(a, root, err_msg=f"{label}: array {i} differs from rank 0")

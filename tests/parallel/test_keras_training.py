@@ -1,0 +1,257 @@
+"""Keras 3 model.fit with tfring.keras.DistributedOptimizer: N ranks at batch B train exactly
+like 1 process at batch N*B, every rank ends bitwise identical, accumulation counts applied
+steps, sparse gradients, mixed precision, XLA, and save / rank-0 checkpoint / resume."""
+
+import os
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+import tfring.keras as hvd
+from _keras_problem import (BATCH, assert_same_on_all_ranks, fit_inputs, global_data, make_model,
+                            reference_weights, shard, weights_and_optimizer_state)
+
+STEPS = 4
+
+if keras.__version__.startswith("2."):
+    pytest.skip("these tests are for Keras 3 (tf_keras has test_tf_keras.py)",
+                allow_module_level=True)
+
+
+def fit_distributed(rank, size, optimizer, passes=1, embedding=False, steps=STEPS, **options):
+    """Fits on this rank's shard from rank-dependent initial weights (broadcast fixes them)."""
+    model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
+    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = fit_inputs(shard(global_data(steps, size, passes), rank, size), embedding)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    return model, opt
+
+
+def assert_close(got, want, rtol=1e-5, atol=1e-6):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.SGD(0.1),
+    lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    lambda: keras.optimizers.Adam(0.01),
+], ids=["sgd", "momentum", "adam"])
+def test_fit_matches_one_process_on_the_global_batch(rank, size, make_optimizer):
+    model, opt = fit_distributed(rank, size, make_optimizer())
+    assert isinstance(opt, hvd.DistributedKerasOptimizer)
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "fit")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, make_optimizer(), STEPS, size), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.SGD(0.1),
+    lambda: keras.optimizers.Adam(0.01),
+], ids=["sgd", "adam"])
+def test_accumulation_equals_a_passes_times_larger_batch(rank, size, make_optimizer):
+    # 2 passes per step, averaged: the same as one process at batch size * 2 * BATCH; Adam's
+    # bias correction only matches if iterations count applied steps.
+    model, opt = fit_distributed(rank, size, make_optimizer(), passes=2,
+                                 average_aggregated_gradients=True)
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "accumulate")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, make_optimizer(), STEPS, size, passes=2),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_accumulation_without_averaging_applies_the_sum(rank, size):
+    # average_aggregated_gradients=False (Horovod's default) applies the sum of 2 passes:
+    # with SGD that is a learning rate twice as large on the averaged batch.
+    model, _ = fit_distributed(rank, size, keras.optimizers.SGD(0.05), passes=2)
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size, passes=2),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_keras_own_gradient_accumulation_steps(rank, size):
+    # The inner optimizer accumulates the reduced gradients itself and averages them.
+    model, _ = fit_distributed(rank, size,
+                               keras.optimizers.SGD(0.1, gradient_accumulation_steps=2))
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "keras-accumulation")
+    # 4 micro-steps of size*BATCH = 2 applied steps on a batch twice as large.
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS // 2, size, passes=2),
+                 rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_sparse_embedding_both_paths_agree(rank, size, passes):
+    results = []
+    for sparse_as_dense in (False, True):
+        model, _ = fit_distributed(rank, size, keras.optimizers.SGD(0.1), passes=passes,
+                                   embedding=True, sparse_as_dense=sparse_as_dense,
+                                   average_aggregated_gradients=True)
+        assert_same_on_all_ranks([w.numpy() for w in model.weights], "sparse")
+        results.append([w.numpy() for w in model.weights])
+    assert_close(results[0], results[1])
+    assert_close(results[0], reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size,
+                                               passes=passes, embedding=True),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_sparse_gradient_reaches_the_optimizer_gathered(rank, size):
+    # Without sparse_as_dense the embedding's tf.IndexedSlices gradient is allgathered.
+    seen = []
+
+    class Spy(keras.optimizers.SGD):
+        def apply(self, grads, trainable_variables=None):
+            seen.extend(type(g).__name__ for g in grads)
+            return super().apply(grads, trainable_variables)
+
+    fit_distributed(rank, size, Spy(0.1), embedding=True, steps=1)
+    assert "IndexedSlices" in seen
+
+
+def test_fp16_compression_is_close(rank, size):
+    model, _ = fit_distributed(rank, size, keras.optimizers.SGD(0.1),
+                               compression=hvd.Compression.fp16)
+    assert_same_on_all_ranks([w.numpy() for w in model.weights], "fp16")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size),
+                 rtol=1e-2, atol=1e-3)
+
+
+def test_mixed_precision_reduces_before_the_finite_check(rank, size):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+        assert isinstance(opt, hvd.DistributedLossScaleOptimizer)
+        model = make_model(keras, seed=1 if rank == 0 else 9)
+        model.compile(optimizer=opt, loss="mse")
+        assert model.optimizer is opt  # Keras did not wrap it in a second LossScaleOptimizer
+
+        # The last rank's first batch overflows float16 there only: every rank must skip
+        # that step (and halve its loss scale) and apply the others: no hang, no divergence.
+        opt = hvd.DistributedOptimizer(
+            keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1.0))
+        model = make_model(keras, seed=1 if rank == 0 else 9)
+        model.compile(optimizer=opt, loss="mse")
+        x, y = shard(global_data(STEPS, size), rank, size)[0::2]
+        if rank == size - 1:
+            x = x.copy()
+            x[:BATCH] *= 1e6
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        state = weights_and_optimizer_state(model)
+        assert_same_on_all_ranks(state, "mixed")
+        assert int(opt.iterations) == STEPS - 1
+        assert float(opt.dynamic_scale) == 0.5
+        assert all(np.all(np.isfinite(a)) for a in state)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_loss_scale_optimizer_given_by_the_user(rank, size):
+    inner = keras.optimizers.SGD(0.1)
+    opt = hvd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(inner, initial_scale=64.0))
+    assert isinstance(opt, hvd.DistributedLossScaleOptimizer)
+    assert opt.inner_optimizer is inner and opt.initial_scale == 64.0
+    model, _ = fit_distributed(rank, size, keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1), initial_scale=64.0))
+    # Loss scaling by a power of two and back is exact: same as plain SGD on the global batch.
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_jit_compile_true_still_fits_without_xla(rank, size):
+    model = make_model(keras, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                      loss="mse", jit_compile=True)
+    assert model.jit_compile is False
+    assert any("no XLA lowering" in str(w.message) for w in caught)
+    x, y = shard(global_data(STEPS, size), rank, size)[0::2]
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_learning_rate_and_iterations_are_the_inner_optimizers(rank, size):
+    inner = keras.optimizers.SGD(0.1)
+    opt = hvd.DistributedOptimizer(inner)
+    opt.learning_rate = 0.5
+    assert float(inner.learning_rate) == pytest.approx(0.5)
+    assert float(opt.learning_rate) == pytest.approx(0.5)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
+    model, opt = fit_distributed(rank, size, keras.optimizers.SGD(schedule), passes=2)
+    # The schedule sees applied steps: 4 of them, so 0.1 * 0.5**4.
+    assert int(opt.iterations) == STEPS
+    assert float(opt.learning_rate) == pytest.approx(0.1 * 0.5 ** STEPS)
+
+
+def test_options_are_checked(rank, size):
+    with pytest.raises(ValueError, match="op must be"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Max)
+    with pytest.raises(ValueError, match="backward_passes_per_step must be >= 1"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=0)
+    with pytest.raises(ValueError, match="already a tfring DistributedOptimizer"):
+        hvd.DistributedOptimizer(hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)))
+    with pytest.raises(TypeError, match="needs a Keras optimizer"):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+
+
+def shared_tmp_dir(name):
+    import tempfile
+    return tfring.broadcast_object(tempfile.mkdtemp(prefix="tfring-keras-"), 0, name=name)
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_rank0_checkpoint_then_resume(rank, size, passes):
+    # Train half the steps, rank 0 alone saves; every rank reloads with load_model and trains
+    # the rest: the result equals uninterrupted training, identical on every rank.
+    path = os.path.join(shared_tmp_dir(f"ckpt.dir.{passes}"), "model.keras")
+    x, _, y = shard(global_data(STEPS, size, passes), rank, size)
+    model = make_model(keras, seed=1 if rank == 0 else 70 + rank)
+    model.compile(optimizer=hvd.DistributedOptimizer(
+        keras.optimizers.Adam(0.01), backward_passes_per_step=passes,
+        average_aggregated_gradients=True), loss="mse")
+    cut = len(x) // 2  # a window boundary when accumulating
+    model.fit(x[:cut], y[:cut], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    if rank == 0:
+        model.save(path)
+    tfring.allreduce(tf.constant(0), name=f"saved.{passes}")  # a barrier
+
+    restored = hvd.load_model(path)
+    opt = restored.optimizer
+    assert isinstance(opt, hvd.DistributedKerasOptimizer)
+    assert opt.backward_passes_per_step == passes
+    assert int(opt.iterations) == STEPS // 2
+    restored.fit(x[cut:], y[cut:], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                 callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(restored), "resume")
+    assert_close([w.numpy() for w in restored.weights],
+                 reference_weights(keras, keras.optimizers.Adam(0.01), STEPS, size, passes),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_load_model_wraps_a_plain_optimizer(rank, size):
+    path = os.path.join(shared_tmp_dir("plain.dir"), "plain.keras")
+    if rank == 0:
+        model = make_model(keras, seed=3)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        model.save(path)
+    tfring.allreduce(tf.constant(0), name="plain.saved")
+    restored = hvd.load_model(path, compression=hvd.Compression.fp16)
+    assert isinstance(restored.optimizer, hvd.DistributedKerasOptimizer)
+    assert restored.optimizer.get_config()["compression"] == "fp16"

@@ -1,0 +1,109 @@
+"""tf_keras (Keras 2, TF_USE_LEGACY_KERAS=1): distribute an optimizer by hooking it in place.
+
+tf_keras optimizers aggregate gradients across replicas in one overridable method, which
+`apply_gradients` calls before it applies them: `aggregate_gradients` on the optimizers of
+tf_keras.optimizers, `_aggregate_gradients` on tf_keras.optimizers.legacy. tfring replaces
+that method on the optimizer object with an allreduce over ranks. Its LossScaleOptimizer
+aggregates through the inner optimizer's method before it tests for inf/nan, so every rank
+tests the same gradients. The object stays what it was (an Adam stays an Adam), so saving
+and loading need nothing of tfring; tfring.keras.load_model hooks the loaded optimizer.
+
+backward_passes_per_step > 1 also replaces `apply_gradients` on the object: gradients are
+summed locally and the original apply_gradients runs (and reduces) every Nth call only.
+"""
+
+import os
+import sys
+
+import tensorflow as tf
+
+from tfring import _accumulation, _gradients, naming
+from tfring.keras import _xla
+
+_MARK = "_tfring_distributed"
+
+
+def legacy_keras_active():
+    """True when tf.keras is tf_keras (Keras 2), i.e. TF_USE_LEGACY_KERAS is set."""
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+
+
+def is_tf_keras_optimizer(optimizer):
+    if "tf_keras" not in sys.modules:
+        return False
+    import tf_keras
+    return isinstance(optimizer, (tf_keras.optimizers.Optimizer,
+                                  tf_keras.optimizers.legacy.Optimizer))
+
+
+def is_distributed(optimizer):
+    return bool(getattr(optimizer, _MARK, False))
+
+
+def _innermost(optimizer):
+    # A LossScaleOptimizer aggregates through its inner optimizer's method.
+    inner = getattr(optimizer, "inner_optimizer", None)
+    return _innermost(inner) if inner is not None else optimizer
+
+
+def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
+               gradient_predivide_factor, average_aggregated_gradients, groups):
+    """Hooks `optimizer` (in place) to reduce its gradients over ranks; returns it."""
+    _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+    if is_distributed(optimizer):
+        raise ValueError("This tf_keras optimizer is already distributed by tfring; wrap it "
+                         "once.")
+    options = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
+                   gradient_predivide_factor=gradient_predivide_factor, groups=groups)
+    prefix = naming.tensor_name("keras.DistributedOptimizer", None)[0]
+    target = _innermost(optimizer)
+    hook = "aggregate_gradients" if hasattr(target, "aggregate_gradients") else \
+        "_aggregate_gradients"
+
+    def aggregate(grads_and_vars):
+        _xla.check_not_in_xla("tfring.keras.DistributedOptimizer (tf_keras)")
+        grads_and_vars = list(grads_and_vars)
+        if not grads_and_vars:
+            return grads_and_vars
+        grads, variables = zip(*grads_and_vars)
+        reduced = _gradients.allreduce_gradients(grads, variables, prefix=prefix, **options)
+        return list(zip(reduced, variables))
+
+    setattr(target, hook, aggregate)
+    if int(backward_passes_per_step) > 1:
+        _hook_accumulation(optimizer, int(backward_passes_per_step),
+                           average_aggregated_gradients)
+    setattr(optimizer, _MARK, True)
+    return optimizer
+
+
+def _hook_accumulation(optimizer, passes, average):
+    original_apply = optimizer.apply_gradients
+    accumulator = _accumulation.GradientAccumulator(passes, average)
+
+    def apply_gradients(grads_and_vars, *args, **kwargs):
+        grads_and_vars = [(g, v) for g, v in grads_and_vars]
+        grads = [g for g, _ in grads_and_vars]
+        variables = [v for _, v in grads_and_vars]
+        _build_slots(optimizer, variables)  # variables cannot be created inside the tf.cond
+        accumulator.build(variables)  # once; local state, see tfring/_accumulation.py
+        is_update = accumulator.add(grads)
+
+        def update():
+            totals = accumulator.totals(grads)
+            original_apply([(t, v) for t, v in zip(totals, variables)], *args, **kwargs)
+            accumulator.reset_after(totals)
+            return tf.no_op()
+
+        return tf.cond(is_update, update, tf.no_op)
+
+    optimizer.apply_gradients = apply_gradients
+
+
+def _build_slots(optimizer, variables):
+    inner = _innermost(optimizer)
+    with tf.init_scope():
+        if hasattr(inner, "aggregate_gradients"):  # tf_keras.optimizers.Optimizer
+            inner.build(variables)
+        elif hasattr(inner, "_create_all_weights"):  # tf_keras.optimizers.legacy
+            inner._create_all_weights(variables)

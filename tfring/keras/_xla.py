@@ -1,0 +1,87 @@
+"""tfring's collectives have no XLA lowering: a step that XLA compiles cannot contain them.
+
+Keras 3 compiles the train step with XLA when `jit_compile=True`, and `jit_compile="auto"`
+(the default) turns it on whenever a GPU is visible. Keras asks one function whether a
+model can be compiled with XLA (`model_supports_jit`, when `compile()` resolves
+jit_compile); tfring adds to it: not when the model's optimizer is a tfring
+DistributedOptimizer. Keras then builds the step without XLA and tfring warns once, saying
+why. tfring's callbacks also switch XLA off in `set_model` (for models compiled before the
+optimizer was wrapped, and for tf_keras), and a step traced under XLA anyway fails early
+with an error that says what to change.
+"""
+
+import warnings
+
+_WARNED = set()
+
+
+def install_keras_jit_guard(is_distributed):
+    """Makes Keras 3 resolve jit_compile to False for models with a tfring optimizer.
+
+    Returns False (and changes nothing) when this Keras has no such function to extend.
+    """
+    try:
+        from keras.src.trainers import trainer as trainer_module
+        original = trainer_module.model_supports_jit
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, "_tfring_guard", False):
+        return True
+
+    def model_supports_jit(model):
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and is_distributed(optimizer):
+            _warn_once(model, "tfring.keras.DistributedOptimizer")
+            return False
+        return original(model)
+
+    model_supports_jit._tfring_guard = True
+    trainer_module.model_supports_jit = model_supports_jit
+    return True
+
+
+def _warn_once(model, who):
+    key = id(model)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(f"{who}: jit_compile (XLA) is off for model '{model.name}': tfring's "
+                      "collectives have no XLA lowering, so its train step runs as a "
+                      "tf.function without XLA.", stacklevel=2)
+
+
+def in_xla_context():
+    """True while TF traces a function that XLA must compile (jit_compile=True)."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def disable_jit_compile(model, who):
+    """Turns off `model.jit_compile` (Keras 3 and tf_keras) if it is on; warns once."""
+    if model is None:
+        return
+    try:
+        enabled = bool(getattr(model, "jit_compile", False))
+    except Exception:  # an uncompiled model may fail to resolve "auto"
+        return
+    if not enabled:
+        return
+    model.jit_compile = False
+    # Keras builds its train function once; make it build a new one without XLA.
+    for attr in ("train_function", "test_function", "predict_function"):
+        if getattr(model, attr, None) is not None:
+            setattr(model, attr, None)
+    _warn_once(model, who)
+
+
+def check_not_in_xla(what):
+    """Raises a clear error when `what` is being traced into an XLA-compiled function."""
+    if in_xla_context():
+        raise RuntimeError(
+            f"{what} was traced inside an XLA-compiled function (jit_compile=True), and "
+            "tfring's collectives have no XLA lowering. Compile the model with "
+            "jit_compile=False, or pass tfring.keras.callbacks.BroadcastGlobalVariablesCallback"
+            "(0) to fit(), which turns XLA off for the step.")

@@ -1,0 +1,299 @@
+"""tfring.keras.DistributedOptimizer: gradients averaged over ranks inside model.fit.
+
+Keras 3 (the TensorFlow backend) has none of the hooks Horovod used (`get_gradients`,
+`_aggregate_gradients`), so the wrapper is built by composition around `apply`, the way
+Keras's own LossScaleOptimizer wraps an inner optimizer: `apply(grads)` reduces the
+gradients over ranks, then calls the inner optimizer's `apply`. Its learning rate,
+iterations and variables are the inner optimizer's, so callbacks, schedules and
+checkpoints see the optimizer they know.
+
+Mixed precision: Keras wraps any optimizer that is not a LossScaleOptimizer in one when the
+policy is mixed_float16; that outer one would test the *local* gradients for inf/nan and
+skip the step (and its allreduce) on some ranks only, and the others would wait forever.
+So when the optimizer given is a LossScaleOptimizer, or the global policy is
+mixed_float16, DistributedOptimizer returns a DistributedLossScaleOptimizer: a
+LossScaleOptimizer that reduces first, so every rank tests the same gradients.
+
+tf_keras (TF_USE_LEGACY_KERAS=1) optimizers are hooked in place instead (_tf_keras.py).
+"""
+
+import keras
+import tensorflow as tf
+
+from tfring import _accumulation, _gradients, collectives, naming, optimizer_v1
+from tfring.compression import Compression
+from tfring.keras import _tf_keras, _xla
+
+_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=collectives.Average,
+                         gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                         groups=None):
+    """Wraps a Keras optimizer so that `model.fit` averages gradients over all ranks.
+
+    Args:
+        optimizer: a Keras 3 optimizer (a LossScaleOptimizer too), or a tf_keras one.
+        name: the wrapper's name (default "Distributed<inner name>").
+        device_dense, device_sparse: accepted for Horovod compatibility; unused.
+        compression: Compression.none or Compression.fp16 (floats travel as float16).
+        sparse_as_dense: densify tf.IndexedSlices gradients instead of allgathering them.
+        backward_passes_per_step: N > 1 sums N batches' gradients locally, reduces once
+            and applies once; the inner optimizer's iterations count applied steps.
+        op: tfring.Average (default) or tfring.Sum.
+        gradient_predivide_factor: divide by this before the sum, by size/this after.
+        average_aggregated_gradients: with N > 1, divide the sum by N (the update then
+            equals one step on an N times larger batch).
+        groups: an int (that many fused groups) or lists of variables reduced together.
+
+    Returns:
+        A DistributedKerasOptimizer (a DistributedLossScaleOptimizer for a
+        LossScaleOptimizer or under the mixed_float16 policy) for Keras 3; for tf_keras,
+        the same optimizer object, with its gradient aggregation hooked.
+
+    Example:
+        >>> opt = tfring.keras.DistributedOptimizer(keras.optimizers.Adam(1e-3 * hvd.size()))
+        >>> model.compile(optimizer=opt, loss="mse")
+    """
+    options = dict(name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                   backward_passes_per_step=backward_passes_per_step, op=op,
+                   gradient_predivide_factor=gradient_predivide_factor,
+                   average_aggregated_gradients=average_aggregated_gradients, groups=groups)
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError(f"The optimizer '{optimizer.name}' is already a tfring "
+                         "DistributedOptimizer; wrap the inner optimizer once.")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return DistributedLossScaleOptimizer(
+            optimizer.inner_optimizer, initial_scale=optimizer.initial_scale,
+            dynamic_growth_steps=optimizer.dynamic_growth_steps, **options)
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        if keras.config.dtype_policy().name == "mixed_float16":
+            return DistributedLossScaleOptimizer(optimizer, **options)
+        return DistributedKerasOptimizer(optimizer, **options)
+    if _tf_keras.is_tf_keras_optimizer(optimizer):
+        options.pop("name")
+        return _tf_keras.distribute(optimizer, **options)
+    raise TypeError(f"tfring.keras.DistributedOptimizer needs a Keras optimizer (Keras 3, or "
+                    f"tf_keras with TF_USE_LEGACY_KERAS=1). Received: {type(optimizer)!r}")
+
+
+class _DistributedMixin:
+    """What both Keras 3 wrappers share: options, accumulation, and reduce-then-apply."""
+
+    def _init_distributed(self, compression, sparse_as_dense, backward_passes_per_step, op,
+                          gradient_predivide_factor, average_aggregated_gradients, groups):
+        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+        if isinstance(compression, str):
+            compression = _COMPRESSIONS[compression]
+        self._reduce_options = dict(op=op, compression=compression,
+                                    sparse_as_dense=sparse_as_dense,
+                                    gradient_predivide_factor=gradient_predivide_factor,
+                                    groups=groups)
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        # The same on every rank that builds its optimizers in the same order.
+        self._tensor_prefix = naming.tensor_name("keras.DistributedOptimizer", None)[0]
+        self._accumulator = None
+
+    def _build_distributed(self, var_list):
+        if self.backward_passes_per_step == 1 or self._accumulator is not None:
+            return
+        # Local state, not optimizer variables: see tfring/_accumulation.py.
+        self._accumulator = _accumulation.GradientAccumulator(
+            self.backward_passes_per_step, self.average_aggregated_gradients)
+        self._accumulator.build(var_list)
+
+    def _reduce_then_apply(self, grads, trainable_variables, apply_fn):
+        """Reduces `grads` over ranks and calls apply_fn(reduced) (every Nth call if N > 1)."""
+        _xla.check_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
+        grads = list(grads)
+        if self.backward_passes_per_step == 1:
+            apply_fn(_gradients.allreduce_gradients(
+                grads, trainable_variables, prefix=self._tensor_prefix, **self._reduce_options))
+            return
+        accumulator = self._accumulator
+        is_update = accumulator.add(grads)
+
+        def update():
+            totals = accumulator.totals(grads)
+            reduced = _gradients.allreduce_gradients(
+                totals, trainable_variables, prefix=self._tensor_prefix, **self._reduce_options)
+            apply_fn(reduced)
+            accumulator.reset_after(reduced)
+            return tf.no_op()
+
+        tf.cond(is_update, update, tf.no_op)
+
+    def _distributed_config(self):
+        compression = next((k for k, v in _COMPRESSIONS.items()
+                            if v is self._reduce_options["compression"]), "none")
+        groups = self._reduce_options["groups"]
+        return {"compression": compression,
+                "sparse_as_dense": self._reduce_options["sparse_as_dense"],
+                "backward_passes_per_step": self.backward_passes_per_step,
+                "op": self._reduce_options["op"],
+                "gradient_predivide_factor": self._reduce_options["gradient_predivide_factor"],
+                "average_aggregated_gradients": self.average_aggregated_gradients,
+                # Lists of variables cannot be saved; a reload reduces them ungrouped.
+                "groups": groups if isinstance(groups, int) else None}
+
+
+@keras.saving.register_keras_serializable(package="tfring")
+class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
+    """A Keras 3 optimizer that reduces gradients over ranks, then applies `inner_optimizer`.
+
+    Made by tfring.keras.DistributedOptimizer; see it for the arguments.
+    """
+
+    def __init__(self, inner_optimizer, name=None, compression=Compression.none,
+                 sparse_as_dense=False, backward_passes_per_step=1, op=collectives.Average,
+                 gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                 groups=None, **kwargs):
+        super().__init__(learning_rate=0.0,
+                         name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
+        self.inner_optimizer = inner_optimizer
+        self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
+                               gradient_predivide_factor, average_aggregated_gradients, groups)
+
+    def build(self, var_list):
+        self.inner_optimizer.build(var_list)
+        self._build_distributed(var_list)
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            trainable_variables = self._trainable_variables
+        trainable_variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        self._reduce_then_apply(
+            grads, trainable_variables,
+            lambda reduced: self.inner_optimizer.apply(reduced, trainable_variables))
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        raise NotImplementedError("tfring runs on the TensorFlow backend, which has no "
+                                  "stateless_apply.")
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss):
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self):
+        return {"name": self.name,
+                "inner_optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+                **self._distributed_config()}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(config.pop("inner_optimizer"),
+                                                      custom_objects=custom_objects)
+        return cls(inner, **config)
+
+
+@keras.saving.register_keras_serializable(package="tfring")
+class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScaleOptimizer):
+    """A LossScaleOptimizer that reduces the (scaled) gradients over ranks before it tests
+    them for inf/nan, so every rank skips or applies the same steps.
+
+    Made by tfring.keras.DistributedOptimizer for a LossScaleOptimizer or under the
+    mixed_float16 policy; see it for the arguments.
+    """
+
+    def __init__(self, inner_optimizer, initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
+                 name=None, compression=Compression.none, sparse_as_dense=False,
+                 backward_passes_per_step=1, op=collectives.Average,
+                 gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                 groups=None, **kwargs):
+        super().__init__(inner_optimizer, initial_scale=initial_scale,
+                         dynamic_growth_steps=dynamic_growth_steps,
+                         name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
+        self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
+                               gradient_predivide_factor, average_aggregated_gradients, groups)
+
+    def build(self, var_list):
+        super().build(var_list)
+        self._build_distributed(var_list)
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            trainable_variables = self._trainable_variables
+        trainable_variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        parent_apply = super().apply
+        self._reduce_then_apply(grads, trainable_variables,
+                                lambda reduced: parent_apply(reduced, trainable_variables))
+
+    def get_config(self):
+        return {**super().get_config(), **self._distributed_config()}
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none):
+    """Loads a Keras model whose optimizer is (or becomes) a tfring DistributedOptimizer.
+
+    A model saved with a tfring wrapper comes back wrapped, with its options and state; a
+    model saved with a plain optimizer gets it wrapped (with `compression`), as Horovod's
+    load_model does.
+
+    Args:
+        filepath: a `.keras` file (Keras 3), or what tf_keras's load_model takes.
+        custom_optimizers: optimizer classes the model may use that Keras does not know.
+        custom_objects: other custom layers, losses, ... (a dict), as for Keras.
+        compression: for an optimizer that was saved unwrapped.
+
+    Returns:
+        The model, compiled as it was saved, its optimizer distributed.
+    """
+    objects = dict(custom_objects or {})
+    for cls in custom_optimizers or ():
+        objects[cls.__name__] = cls
+    if _tf_keras.legacy_keras_active():
+        model = tf.keras.models.load_model(filepath, custom_objects=objects)
+    else:
+        objects.update(DistributedKerasOptimizer=DistributedKerasOptimizer,
+                       DistributedLossScaleOptimizer=DistributedLossScaleOptimizer)
+        model = keras.saving.load_model(filepath, custom_objects=objects)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not is_distributed(optimizer):
+        model.optimizer = DistributedOptimizer(optimizer, compression=compression)
+    return model
+
+
+def is_distributed(optimizer):
+    """True for an optimizer that tfring.keras.DistributedOptimizer made or hooked."""
+    return isinstance(optimizer, _DistributedMixin) or _tf_keras.is_distributed(optimizer)
+
+
+_xla.install_keras_jit_guard(is_distributed)
+
+
+def broadcast_global_variables(root_rank):
+    """TF1 graphs: an op broadcasting every global variable (see tfring's). In eager Keras,
+    use callbacks.BroadcastGlobalVariablesCallback(root_rank) or tfring.broadcast_variables."""
+    return optimizer_v1.broadcast_global_variables(root_rank)
