@@ -6,25 +6,31 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build bench clean
+.PHONY: demo test build bench bench-keras clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -e ".[test,examples]"
+	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
+	# tensorflow package on top of tensorflow-cpu.
+	$(PYTHON) -m pip install -q --no-deps tf_keras==2.21.0
 	touch $@
 
 build: $(VENV)/.installed
 	$(PYTHON) -m tfring.build --tests
 
 demo: build
-	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/collectives_walkthrough.py
+	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/keras_fit.py
 
 test: build
 	$(PYTHON) tests/run_suite.py
 
 bench: build
 	$(VENV)/bin/mpirun -np 2 --bind-to core $(PYTHON) bench/allreduce.py
+
+bench-keras: build
+	$(PYTHON) bench/keras_fit.py
 
 clean:
 	rm -rf build tfring/lib

@@ -1,9 +1,11 @@
 """Runs the whole test suite, stage by stage, and ends with one line: `suite: N passed, N failed`.
 
 Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks), unit tests (one
-process), parallel tests under mpirun at 2 and 3 ranks, failure scenarios, the examples
-(each run under mpirun as a user would). Every stage has a
-timeout, so a hang is a failure with a message. Full logs go to build/test-logs/.
+process), parallel tests under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under
+mpirun with TF_USE_LEGACY_KERAS=1, failure scenarios, the examples (each run under mpirun as
+a user would). Every stage has a timeout, and the parallel stages fail a collective that
+some rank never submits after TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a failure
+with a message. Full logs go to build/test-logs/.
 """
 
 import glob
@@ -35,13 +37,18 @@ def counts(text, rank0_prefix=None):
     return 0, 0
 
 
-def stage(name, cmd, timeout, rank0_prefix=None):
+# A tensor some ranks never submit fails after this long instead of hanging the stage.
+PARALLEL_ENV = {"TFRING_STALL_CHECK_TIME_SECONDS": "20", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "60"}
+
+
+def stage(name, cmd, timeout, rank0_prefix=None, env=None):
     os.makedirs(LOGS, exist_ok=True)
     log = os.path.join(LOGS, re.sub(r"\W+", "_", name) + ".log")
     start = time.time()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout)
         rc, out = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as e:
         rc, out = -1, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
@@ -73,7 +80,10 @@ def main():
     stages.append(("unit", PYTEST + ["tests/unit"], 600))
     for n in (2, 3):
         stages.append((f"parallel np={n}", MPIRUN + ["-np", str(n), "--tag-output"] + PYTEST +
-                       ["-x", "tests/parallel"], 900, "[1,0]<stdout>"))
+                       ["-x", "tests/parallel"], 900, "[1,0]<stdout>", PARALLEL_ENV))
+    stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
+                   ["-x", "tests/parallel/test_tf_keras.py"], 600, "[1,0]<stdout>",
+                   dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     stages.append(("failure", PYTEST + ["tests/failure"], 600))
     stages.append(("examples", PYTEST + ["tests/examples"], 600))
 

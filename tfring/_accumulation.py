@@ -98,7 +98,7 @@ class GradientAccumulator:
         return tf.group(*ops)
 
 
-def reduce_on_update_step(accumulator, grads, variables, reduce_options, prefix):
+def reduce_on_update_step(accumulator, grads, variables, reduce_options, kind):
     """The tape's and the TF1 optimizer's path: (is_update, gradients).
 
     On an update step the gradients are the reduced sums; on the other steps they are zeros
@@ -108,7 +108,7 @@ def reduce_on_update_step(accumulator, grads, variables, reduce_options, prefix)
 
     def reduced():
         totals = accumulator.totals(grads)
-        out = _gradients.allreduce_gradients(totals, variables, prefix=prefix,
+        out = _gradients.allreduce_gradients(totals, variables, kind=kind,
                                              **reduce_options)
         reset = accumulator.reset_after(out)
         with tf.control_dependencies([reset]):

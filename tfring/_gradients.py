@@ -1,11 +1,17 @@
 """Averaging gradients over ranks: the part shared by every optimizer wrapper and the tape.
 
-Each gradient is matched across ranks by a name made from its position in the list and its
-variable's name, so the list must be the same on every rank (the same model), but the order
-in which TF runs the allreduces does not matter.
+Each gradient is matched across ranks by a name made from the wrapper kind, a digest of the
+whole variable list, its position in the list and its variable's name, so the list must be
+the same on every rank (the same model), but the order in which TF runs the allreduces does
+not matter. No per-process counter enters the name: a rank that built an extra model or
+optimizer (say, rank 0 alone saving a checkpoint) still names its gradients like the others.
+For the same reason the numbers Keras appends to layer names per process ("dense_12") are
+dropped: "sequential_3/dense_12/kernel" is matched as "sequential/dense/kernel" at its
+position.
 """
 
 import re
+import zlib
 
 import tensorflow as tf
 
@@ -13,6 +19,7 @@ from tfring import collectives, runtime
 from tfring.compression import Compression
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+_AUTO_NUMBER = re.compile(r"_\d+(?=/|$)")
 
 
 def check_options(op, gradient_predivide_factor, backward_passes_per_step):
@@ -31,7 +38,15 @@ def check_options(op, gradient_predivide_factor, backward_passes_per_step):
 def variable_label(variable, index):
     """A name for gradient `index` that is the same on every rank running the same model."""
     name = getattr(variable, "path", None) or getattr(variable, "name", None) or "grad"
-    return f"{index}.{_UNSAFE.sub('_', str(name).replace(':0', ''))}"
+    name = _AUTO_NUMBER.sub("", str(name).replace(":0", ""))
+    return f"{index}.{_UNSAFE.sub('_', name)}"
+
+
+def gradient_names(kind, variables):
+    """The names that pair each variable's gradient across ranks (see the module doc)."""
+    labels = [variable_label(v, i) for i, v in enumerate(variables)]
+    digest = zlib.crc32("|".join(labels).encode())
+    return [f"{kind}.{digest:08x}.{label}" for label in labels]
 
 
 def _scale_factors(op, gradient_predivide_factor):
@@ -68,8 +83,10 @@ def _group_indices(groups, variables, count):
 
 def allreduce_gradients(grads, variables, *, op=collectives.Average,
                         compression=Compression.none, sparse_as_dense=False,
-                        gradient_predivide_factor=1.0, groups=None, prefix="grad"):
+                        gradient_predivide_factor=1.0, groups=None, kind="grad"):
     """Returns `grads` reduced over all ranks (None stays None).
+
+    `kind` names the caller ("DistributedOptimizer", ...) in the tensor names.
 
     Dense gradients are allreduced (grouped as `groups` says); tf.IndexedSlices are
     allgathered, or densified first with sparse_as_dense=True.
@@ -78,6 +95,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         return list(grads)
     wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor)
     grads = list(grads)
+    names = gradient_names(kind, variables)
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
@@ -91,7 +109,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
             reduced = collectives.allreduce(
                 tf.IndexedSlices(values, g.indices, g.dense_shape),
                 op=op if prescale == 1.0 else collectives.Sum,
-                name=f"{prefix}.{variable_label(variables[i], i)}")
+                name=names[i])
             if prescale != 1.0:
                 reduced = tf.IndexedSlices(reduced.values * postscale, reduced.indices,
                                            reduced.dense_shape)
@@ -102,7 +120,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         sent, ctxs = zip(*(compression.compress(grads[i]) for i in members))
         reduced = collectives.grouped_allreduce(
             list(sent), op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
-            name=f"{prefix}.group{k}.{variable_label(variables[members[0]], members[0])}")
+            name=f"{names[members[0]]}.group{k}")
         for i, r, c in zip(members, reduced, ctxs):
             out[i] = compression.decompress(r, c)
     for j in alone:
@@ -110,6 +128,6 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         sent, ctx = compression.compress(grads[i])
         reduced = collectives.allreduce(
             sent, op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
-            name=f"{prefix}.{variable_label(variables[i], i)}")
+            name=names[i])
         out[i] = compression.decompress(reduced, ctx)
     return out

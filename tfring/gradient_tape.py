@@ -19,7 +19,7 @@ through the tape, so that the optimizer runs on update steps only:
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, naming
+from tfring import _accumulation, _gradients, collectives
 from tfring.compression import Compression
 
 # Tapes are made anew each step, but the sums of backward_passes_per_step > 1 must outlive
@@ -61,7 +61,6 @@ class DistributedGradientTape:
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
                                     groups=groups)
-        self._prefix = naming.tensor_name("DistributedGradientTape", None)[0]
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         """The wrapped tape's gradients, reduced over ranks; same structure as `sources`."""
@@ -71,11 +70,13 @@ class DistributedGradientTape:
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         if self._passes == 1:
             reduced = _gradients.allreduce_gradients(flat_grads, flat_sources,
-                                                     prefix=self._prefix, **self._reduce_options)
+                                                     kind="DistributedGradientTape",
+                                                     **self._reduce_options)
         else:
             accumulator = _accumulator_for(flat_sources, self._passes, self._average_passes)
             self._is_update, reduced = _accumulation.reduce_on_update_step(
-                accumulator, flat_grads, flat_sources, self._reduce_options, self._prefix)
+                accumulator, flat_grads, flat_sources, self._reduce_options,
+                "DistributedGradientTape")
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def apply_gradients(self, optimizer, grads_and_vars):

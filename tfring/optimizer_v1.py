@@ -12,7 +12,7 @@ gone there); the hook here is a tf.compat.v1.train.SessionRunHook.
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, naming
+from tfring import _accumulation, _gradients, collectives
 from tfring.compression import Compression
 
 
@@ -45,7 +45,6 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                                     gradient_predivide_factor=gradient_predivide_factor,
                                     groups=groups)
         name = name or f"Distributed{type(optimizer).__name__}"
-        self._prefix = naming.tensor_name("DistributedOptimizer", None)[0]
         super().__init__(name=name, use_locking=use_locking)
 
     def compute_gradients(self, *args, **kwargs):
@@ -55,8 +54,8 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
             return pairs
         grads, variables = zip(*pairs)
         if self._passes == 1:
-            reduced = _gradients.allreduce_gradients(grads, variables, prefix=self._prefix,
-                                                     **self._reduce_options)
+            reduced = _gradients.allreduce_gradients(
+                grads, variables, kind="DistributedOptimizer", **self._reduce_options)
             return list(zip(reduced, variables))
         graph = tf.compat.v1.get_default_graph()
         accumulator = self._accumulators.get(graph)
@@ -66,7 +65,7 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
             accumulator.build(variables)
             self._accumulators[graph] = accumulator
         is_update, reduced = _accumulation.reduce_on_update_step(
-            accumulator, grads, variables, self._reduce_options, self._prefix)
+            accumulator, grads, variables, self._reduce_options, "DistributedOptimizer")
         self._update_steps[graph] = is_update
         return list(zip(reduced, variables))
 

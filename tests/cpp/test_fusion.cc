@@ -2,6 +2,8 @@
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/core/fusion.h"
 
+#include <cstdint>
+
 namespace tfring {
 namespace {
 
@@ -18,10 +20,10 @@ Response R(CollectiveKind kind, DataType dtype, ReduceOp op = ReduceOp::kSum, in
 
 // Plans `responses` with the given sizes.
 Groups Plan(const std::vector<Response>& responses, const std::vector<int64_t>& bytes,
-            int64_t threshold) {
+            int64_t threshold, int64_t alone_bytes = INT64_MAX) {
   std::vector<FusionItem> items;
   for (size_t i = 0; i < responses.size(); ++i) items.push_back({&responses[i], bytes[i]});
-  return PlanFusion(items, threshold);
+  return PlanFusion(items, threshold, alone_bytes);
 }
 
 std::string Show(const Groups& g) {
@@ -73,6 +75,12 @@ TFRING_TEST(Fusion, ThresholdIsRespected) {
 TFRING_TEST(Fusion, TensorAtOrAboveThresholdTravelsAlone) {
   const std::vector<Response> rs(5, R(kAR, kF32));
   EXPECT_EQ(Show(Plan(rs, {10, 100, 10, 250, 10}, 100)), std::string("{0,2,4}{1}{3}"));
+}
+
+TFRING_TEST(Fusion, LargeTensorsTravelAloneBelowTheThreshold) {
+  // alone_bytes 64: the 64- and 100-byte tensors go alone although the buffer could hold them.
+  const std::vector<Response> rs(5, R(kAR, kF32));
+  EXPECT_EQ(Show(Plan(rs, {10, 64, 20, 100, 63}, 1000, 64)), std::string("{0,2,4}{1}{3}"));
 }
 
 TFRING_TEST(Fusion, ThresholdZeroDisablesFusion) {

@@ -37,3 +37,16 @@ def test_tf1_monitored_session(tmp_path):
                       "--checkpoint-dir", str(tmp_path))
     assert accuracies(out)[-1] > 0.85, out
     assert any(name.startswith("model.ckpt") for name in os.listdir(tmp_path))
+
+
+def test_keras_fit(tmp_path):
+    out = run_example("keras_fit.py", "--epochs", "6", "--checkpoint-dir", str(tmp_path))
+    assert accuracies(out)[-1] > 0.85, out
+    assert "weights identical on all 2 ranks: True" in out, out
+    assert "finished gradual learning rate warmup" in out, out
+    assert any(name.endswith(".keras") for name in os.listdir(tmp_path))
+
+
+def test_collectives_walkthrough():
+    out = run_example("collectives_walkthrough.py")
+    assert "OK" in out and "WRONG" not in out, out

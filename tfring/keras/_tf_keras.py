@@ -17,7 +17,7 @@ import sys
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, naming
+from tfring import _accumulation, _gradients
 from tfring.keras import _xla
 
 _MARK = "_tfring_distributed"
@@ -55,7 +55,6 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
                          "once.")
     options = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                    gradient_predivide_factor=gradient_predivide_factor, groups=groups)
-    prefix = naming.tensor_name("keras.DistributedOptimizer", None)[0]
     target = _innermost(optimizer)
     hook = "aggregate_gradients" if hasattr(target, "aggregate_gradients") else \
         "_aggregate_gradients"
@@ -66,7 +65,8 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
         if not grads_and_vars:
             return grads_and_vars
         grads, variables = zip(*grads_and_vars)
-        reduced = _gradients.allreduce_gradients(grads, variables, prefix=prefix, **options)
+        reduced = _gradients.allreduce_gradients(
+            grads, variables, kind="keras.DistributedOptimizer", **options)
         return list(zip(reduced, variables))
 
     setattr(target, hook, aggregate)

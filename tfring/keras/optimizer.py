@@ -20,10 +20,11 @@ tf_keras (TF_USE_LEGACY_KERAS=1) optimizers are hooked in place instead (_tf_ker
 import keras
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, naming, optimizer_v1
+from tfring import _accumulation, _gradients, collectives, optimizer_v1
 from tfring.compression import Compression
 from tfring.keras import _tf_keras, _xla
 
+_KIND = "keras.DistributedOptimizer"
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
@@ -93,8 +94,6 @@ class _DistributedMixin:
                                     groups=groups)
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        # The same on every rank that builds its optimizers in the same order.
-        self._tensor_prefix = naming.tensor_name("keras.DistributedOptimizer", None)[0]
         self._accumulator = None
 
     def _build_distributed(self, var_list):
@@ -111,7 +110,7 @@ class _DistributedMixin:
         grads = list(grads)
         if self.backward_passes_per_step == 1:
             apply_fn(_gradients.allreduce_gradients(
-                grads, trainable_variables, prefix=self._tensor_prefix, **self._reduce_options))
+                grads, trainable_variables, kind=_KIND, **self._reduce_options))
             return
         accumulator = self._accumulator
         is_update = accumulator.add(grads)
@@ -119,7 +118,7 @@ class _DistributedMixin:
         def update():
             totals = accumulator.totals(grads)
             reduced = _gradients.allreduce_gradients(
-                totals, trainable_variables, prefix=self._tensor_prefix, **self._reduce_options)
+                totals, trainable_variables, kind=_KIND, **self._reduce_options)
             apply_fn(reduced)
             accumulator.reset_after(reduced)
             return tf.no_op()

@@ -51,6 +51,7 @@ Status ReadLogLevel(LogLevel* out) {
 
 Status Options::FromEnvironment(Options* o) {
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_FUSION_THRESHOLD", 0, &o->fusion_threshold_bytes));
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_FUSION_ALONE_BYTES", 0, &o->fusion_alone_bytes));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_CYCLE_TIME", 0.0, &o->cycle_time_ms));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_BATCH_GAP_US", 0.0, &o->batch_gap_us));
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_CACHE_CAPACITY", 0, &o->cache_capacity));

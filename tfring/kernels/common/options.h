@@ -3,6 +3,8 @@
 //
 //   variable                            unit     default   meaning
 //   TFRING_FUSION_THRESHOLD             bytes    67108864  largest fusion buffer; 0 disables fusion
+//   TFRING_FUSION_ALONE_BYTES           bytes    1048576   tensors this large never share a fusion
+//                                                          buffer: they go alone, without a copy
 //   TFRING_CYCLE_TIME                   ms       1         longest an idle background thread sleeps
 //                                                          before it answers its peers again (an
 //                                                          enqueue always wakes it at once)
@@ -28,6 +30,7 @@ enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kEr
 
 struct Options {
   int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
+  int64_t fusion_alone_bytes = 1024 * 1024;
   double cycle_time_ms = 1.0;
   double batch_gap_us = 50.0;
   int64_t cache_capacity = 1024;

@@ -402,7 +402,8 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
     items.push_back({&r, bytes});
     entries.push_back(e);
   }
-  for (const std::vector<int>& group : PlanFusion(items, options_.fusion_threshold_bytes)) {
+  for (const std::vector<int>& group : PlanFusion(items, options_.fusion_threshold_bytes,
+                                                       options_.fusion_alone_bytes)) {
     std::vector<Entry*> es;
     std::vector<const Response*> rs;
     for (int i : group) {

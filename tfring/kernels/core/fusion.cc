@@ -1,5 +1,7 @@
 #include "tfring/kernels/core/fusion.h"
 
+#include <algorithm>
+
 namespace tfring {
 namespace {
 
@@ -13,16 +15,17 @@ bool Compatible(const Response& a, const Response& b) {
 }  // namespace
 
 std::vector<std::vector<int>> PlanFusion(const std::vector<FusionItem>& items,
-                                         int64_t threshold_bytes) {
+                                         int64_t threshold_bytes, int64_t alone_bytes) {
+  const int64_t fusible_below = std::min(threshold_bytes, alone_bytes);
   std::vector<std::vector<int>> groups;
   std::vector<int64_t> group_bytes;
   for (int i = 0; i < static_cast<int>(items.size()); ++i) {
     const FusionItem& item = items[i];
     int target = -1;
-    if (item.bytes < threshold_bytes) {
+    if (item.bytes < fusible_below) {
       for (size_t g = 0; g < groups.size(); ++g) {
         const FusionItem& head = items[groups[g][0]];
-        if (head.bytes < threshold_bytes && Compatible(*head.response, *item.response) &&
+        if (head.bytes < fusible_below && Compatible(*head.response, *item.response) &&
             group_bytes[g] + item.bytes <= threshold_bytes) {
           target = static_cast<int>(g);
           break;

@@ -3,7 +3,10 @@
 // A pure function of the (identical on every rank) ordered response list, so every rank
 // forms the same groups. Tensors are grouped when they have the same collective, dtype and
 // reduce op (and root, for broadcast) and the group's bytes stay within the threshold. A
-// tensor at or above the threshold travels alone (and then needs no copy at all).
+// tensor at or above the threshold, or at or above `alone_bytes`, travels alone (and then
+// needs no copy at all): fusion saves a backend call per tensor, which is worth a copy in
+// and out of the fusion buffer for small tensors only; for a tensor of a megabyte the two
+// copies cost more than the call (measured: bench/keras_fit.py).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,6 @@ struct FusionItem {
 
 // Returns groups of indices into `items`, ordered by each group's first member.
 std::vector<std::vector<int>> PlanFusion(const std::vector<FusionItem>& items,
-                                         int64_t threshold_bytes);
+                                         int64_t threshold_bytes, int64_t alone_bytes);
 
 }  // namespace tfring

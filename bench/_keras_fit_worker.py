@@ -1,0 +1,134 @@
+"""One measurement for bench/keras_fit.py: samples/s of model.fit in one of three set-ups.
+
+    python _keras_fit_worker.py single --model mlp          # 1 process, plain Keras 3
+    mpirun -np 2 python _keras_fit_worker.py tfring ...     # tfring.keras, N ranks
+    TF_CONFIG=... TF_USE_LEGACY_KERAS=1 python _keras_fit_worker.py mwms ...  # TF's own
+
+Prints one JSON line (rank 0 / chief only): samples/s in total over all processes, the step
+time, and for tfring whether every rank ended with identical weights.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def build_model(keras, name):
+    if name == "mlp":  # 20 x Dense(512) + Dense(10): 5.3M parameters, 42 gradient tensors
+        layers = [keras.Input((512,))]
+        layers += [keras.layers.Dense(512, activation="relu") for _ in range(20)]
+        layers.append(keras.layers.Dense(10))
+        return keras.Sequential(layers), (512,)
+    if name == "cnn":  # a small CNN on 32x32x3
+        return keras.Sequential([
+            keras.Input((32, 32, 3)),
+            keras.layers.Conv2D(32, 3, activation="relu", padding="same"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu", padding="same"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ]), (32, 32, 3)
+    raise ValueError(f"unknown model {name!r}")
+
+
+class StepTimer:
+    """Times the batches after `warmup` ones (the first traces and allocates)."""
+
+    def __init__(self, warmup):
+        self.warmup, self.count, self.start, self.end = warmup, 0, None, None
+
+    def on_batch_end(self):
+        self.count += 1
+        if self.count == self.warmup:
+            self.start = time.perf_counter()
+        self.end = time.perf_counter()
+
+    def seconds_per_step(self):
+        return (self.end - self.start) / (self.count - self.warmup)
+
+
+def make_data(np, shape, n, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n,) + shape).astype(np.float32),
+            rng.integers(0, 10, size=(n,)).astype(np.int64))
+
+
+def run(args):
+    import numpy as np
+    import tensorflow as tf
+
+    workers, rank = 1, 0
+    if args.mode == "tfring":
+        import tfring.keras as hvd
+        hvd.init()
+        workers, rank = hvd.size(), hvd.rank()
+    if args.mode == "mwms":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        workers = strategy.num_replicas_in_sync
+        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        keras = tf.keras  # tf_keras: MWMS + Keras 3 model.fit fails (see FACTS)
+        scope = strategy.scope()
+    else:
+        import contextlib
+        import keras
+        scope = contextlib.nullcontext()
+
+    keras.utils.set_random_seed(7)
+    with scope:
+        model, shape = build_model(keras, args.model)
+        optimizer = keras.optimizers.SGD(0.01)
+        if args.mode == "tfring":
+            optimizer = hvd.DistributedOptimizer(optimizer)
+        model.compile(optimizer=optimizer,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    timer = StepTimer(args.warmup)
+    callback = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs=None: timer.on_batch_end())
+    callbacks = [callback]
+    if args.mode == "tfring":
+        callbacks.insert(0, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+    steps = args.warmup + args.steps
+    x, y = make_data(np, shape, steps * args.batch, seed=rank)
+    if args.mode == "mwms":
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch * workers)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        dataset = dataset.with_options(options).repeat()
+        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
+    else:
+        model.fit(x, y, batch_size=args.batch, epochs=1, shuffle=False, verbose=0,
+                  callbacks=callbacks)
+    step_s = timer.seconds_per_step()
+    result = {"mode": args.mode, "model": args.model, "workers": workers,
+              "batch_per_worker": args.batch, "step_ms": step_s * 1e3,
+              "samples_per_s": workers * args.batch / step_s}
+    if args.mode == "tfring":
+        weights = model.get_weights()
+        same = all(np.array_equal(w, hvd.broadcast(w, 0, name=f"bench.check.{i}"))
+                   for i, w in enumerate(weights))
+        result["identical_weights"] = bool(hvd.allreduce(int(same), op=hvd.Min,
+                                                         name="bench.same"))
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["single", "tfring", "mwms"])
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--batch", type=int, default=64, help="per process")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=10)
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

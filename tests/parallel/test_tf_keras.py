@@ -1,0 +1,134 @@
+"""tf_keras (TF_USE_LEGACY_KERAS=1): tfring.keras.DistributedOptimizer hooks the optimizer's
+gradient aggregation; model.fit on N ranks at batch B equals 1 process at batch N*B.
+
+The suite runs this file in its own mpirun with TF_USE_LEGACY_KERAS=1 (tf.keras must be
+tf_keras before TensorFlow is imported); in the Keras 3 runs it is skipped.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+if not os.environ.get("TF_USE_LEGACY_KERAS") or "tf_keras" not in tf.keras.__name__:
+    pytest.skip("tf_keras tests run with TF_USE_LEGACY_KERAS=1 (a stage of their own)",
+                allow_module_level=True)
+
+import tfring  # noqa: E402
+import tfring.keras as hvd  # noqa: E402
+from _keras_problem import (BATCH, assert_same_on_all_ranks, fit_inputs,  # noqa: E402
+                            global_data, make_model, reference_weights, shard,
+                            weights_and_optimizer_state)
+
+keras = tf.keras
+STEPS = 4
+
+
+def fit_distributed(rank, size, optimizer, passes=1, embedding=False, **options):
+    model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
+    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = fit_inputs(shard(global_data(STEPS, size, passes), rank, size), embedding)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    return model, opt
+
+
+def assert_close(got, want, rtol=1e-4, atol=1e-5):
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.SGD(0.1),
+    lambda: keras.optimizers.Adam(0.01),
+    lambda: keras.optimizers.legacy.SGD(0.05, momentum=0.9),
+    lambda: keras.optimizers.legacy.Adam(0.01),
+], ids=["sgd", "adam", "legacy-momentum", "legacy-adam"])
+def test_fit_matches_one_process(rank, size, make_optimizer):
+    model, opt = fit_distributed(rank, size, make_optimizer())
+    assert type(opt).__module__.startswith("tf_keras")  # hooked in place, not wrapped
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "tf_keras")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, make_optimizer(), STEPS, size))
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.Adam(0.01),
+    lambda: keras.optimizers.legacy.Adam(0.01),
+], ids=["adam", "legacy-adam"])
+def test_accumulation_equals_a_larger_batch(rank, size, make_optimizer):
+    model, opt = fit_distributed(rank, size, make_optimizer(), passes=2,
+                                 average_aggregated_gradients=True)
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "tf_keras-accumulate")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, make_optimizer(), STEPS, size, passes=2))
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_sparse_embedding_both_paths(rank, size, passes):
+    results = []
+    for sparse_as_dense in (False, True):
+        model, _ = fit_distributed(rank, size, keras.optimizers.SGD(0.1), passes=passes,
+                                   embedding=True, sparse_as_dense=sparse_as_dense,
+                                   average_aggregated_gradients=True)
+        results.append([w.numpy() for w in model.weights])
+    assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+    assert_close(results[0], reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size,
+                                               passes=passes, embedding=True))
+
+
+def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        opt = hvd.DistributedOptimizer(keras.mixed_precision.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), dynamic=True, initial_scale=4.0))
+        model = make_model(keras, seed=1 if rank == 0 else 9)
+        model.compile(optimizer=opt, loss="mse")
+        x, _, y = shard(global_data(STEPS, size), rank, size)
+        if rank == size - 1:
+            x = x.copy()
+            x[:BATCH] *= 1e6  # float16 overflows on this rank only, in the first step
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        state = weights_and_optimizer_state(model)
+        assert_same_on_all_ranks(state, "tf_keras-mixed")
+        # tf_keras counts skipped steps in iterations; the halved scale shows the skip.
+        assert float(opt.loss_scale) == 2.0
+        assert all(np.all(np.isfinite(a)) for a in state)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_load_model_hooks_the_loaded_optimizer(rank, size):
+    import tempfile
+    directory = tfring.broadcast_object(tempfile.mkdtemp(prefix="tfring-tfk-"), 0,
+                                        name="tfk.dir")
+    path = os.path.join(directory, "model.keras")
+    if rank == 0:
+        model = make_model(keras, seed=3)
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                      loss="mse")
+        model.save(path)
+    tfring.allreduce(tf.constant(0), name="tfk.saved")
+    restored = hvd.load_model(path)
+    assert hvd.optimizer.is_distributed(restored.optimizer)
+    x, _, y = shard(global_data(STEPS, size), rank, size)
+    restored.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                 callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    assert_same_on_all_ranks([w.numpy() for w in restored.weights], "tfk-loaded")
+
+
+def test_metric_average_callback(rank, size):
+    model = make_model(keras, seed=1)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    x, _, y = shard(global_data(STEPS, size), rank, size)
+    history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                   hvd.callbacks.MetricAverageCallback()])
+    loss = history.history["loss"][0]
+    every_rank = tfring.allgather_object(loss, name="tfk.losses")
+    assert all(v == pytest.approx(every_rank[0], rel=1e-6) for v in every_rank)

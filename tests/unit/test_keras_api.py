@@ -1,0 +1,60 @@
+"""One process: tfring.keras's public names, its numpy helpers, and gradient naming."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+import tfring.keras as hvd
+from tfring import _gradients
+from tfring.keras import callbacks
+
+
+def test_every_public_keras_name_exists_and_is_documented():
+    for module, names in ((hvd, hvd.__all__), (callbacks, callbacks.__all__)):
+        for name in names:
+            obj = getattr(module, name)
+            if callable(obj):
+                assert obj.__doc__ and obj.__doc__.strip(), f"{module.__name__}.{name}"
+
+
+def test_horovod_basics_are_reexported():
+    for name in ("init", "shutdown", "size", "rank", "local_size", "local_rank", "Average",
+                 "Sum", "Compression", "DistributedOptimizer", "callbacks", "load_model"):
+        assert hasattr(hvd, name), name
+
+
+def test_values_helpers_take_and_give_numpy():
+    tfring.init()
+    out = hvd.allreduce(np.array([1.0, 3.0], np.float32), name="unit.values.ar")
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, [1.0, 3.0])
+    assert float(hvd.allreduce(0.5, name="unit.values.float")) == 0.5
+    np.testing.assert_array_equal(hvd.allgather(np.arange(3), name="unit.values.ag"),
+                                  np.arange(3))
+    assert isinstance(hvd.broadcast(tf.constant([2]), 0, name="unit.values.bc"), tf.Tensor)
+
+
+def test_gradient_names_ignore_per_process_layer_numbers():
+    class V:
+        def __init__(self, path):
+            self.path = path
+
+    a = _gradients.gradient_names("k", [V("sequential_3/dense_12/kernel"), V("dense_2/bias")])
+    b = _gradients.gradient_names("k", [V("sequential/dense/kernel"), V("dense/bias")])
+    assert a == b
+    assert a[0].endswith(".0.sequential/dense/kernel") and a[1].endswith(".1.dense/bias")
+    other = _gradients.gradient_names("k", [V("sequential/dense/kernel")])
+    assert other[0] != a[0]  # a different variable list gets different names
+
+
+def test_wrapper_round_trips_its_config():
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), backward_passes_per_step=3,
+                                   compression=hvd.Compression.fp16, op=hvd.Sum)
+    config = opt.get_config()
+    assert config["compression"] == "fp16" and config["backward_passes_per_step"] == 3
+    again = hvd.DistributedKerasOptimizer.from_config(config)
+    assert again.backward_passes_per_step == 3
+    assert isinstance(again.inner_optimizer, keras.optimizers.Adam)
+    assert float(again.learning_rate) == pytest.approx(0.01)
