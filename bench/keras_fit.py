@@ -103,8 +103,8 @@ def main():
 
     print(f"model.fit samples/s (total over processes), batch {args.batch} per process, "
           f"{args.np} ranks, {os.cpu_count()} cores, median of {args.repeats}", flush=True)
-    print(f"| model | set-up | samples/s | ratio to one process | runs | note |")
-    print(f"| --- | --- | ---: | ---: | --- | --- |")
+    print("| model | set-up | samples/s | ratio to one process | runs | note |")
+    print("| --- | --- | ---: | ---: | --- | --- |")
     setups = [("one process (Keras 3, no tfring)", run_single),
               (f"tfring, {args.np} ranks", run_tfring)]
     if not args.skip_mwms:

@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")

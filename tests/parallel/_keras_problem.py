@@ -55,6 +55,21 @@ def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, 
     return [w.numpy() for w in model.weights]
 
 
+def fit_distributed(keras, rank, size, optimizer, passes=1, embedding=False, steps=4,
+                    **options):
+    """Fits with tfring on this rank's shard, starting from rank-dependent weights (the
+    broadcast callback makes them rank 0's); returns (model, distributed optimizer)."""
+    import tfring.keras as hvd
+
+    model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
+    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
+    model.compile(optimizer=opt, loss="mse")
+    x, y = fit_inputs(shard(global_data(steps, size, passes), rank, size), embedding)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    return model, opt
+
+
 def weights_and_optimizer_state(model):
     optimizer = model.optimizer
     variables = optimizer.variables

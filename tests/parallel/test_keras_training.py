@@ -12,7 +12,8 @@ import tensorflow as tf
 
 import tfring
 import tfring.keras as hvd
-from _keras_problem import (BATCH, assert_same_on_all_ranks, fit_inputs, global_data, make_model,
+import _keras_problem
+from _keras_problem import (BATCH, assert_same_on_all_ranks, global_data, make_model,
                             reference_weights, shard, weights_and_optimizer_state)
 
 STEPS = 4
@@ -22,15 +23,8 @@ if keras.__version__.startswith("2."):
                 allow_module_level=True)
 
 
-def fit_distributed(rank, size, optimizer, passes=1, embedding=False, steps=STEPS, **options):
-    """Fits on this rank's shard from rank-dependent initial weights (broadcast fixes them)."""
-    model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
-    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
-    model.compile(optimizer=opt, loss="mse")
-    x, y = fit_inputs(shard(global_data(steps, size, passes), rank, size), embedding)
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    return model, opt
+def fit_distributed(rank, size, optimizer, steps=STEPS, **kwargs):
+    return _keras_problem.fit_distributed(keras, rank, size, optimizer, steps=steps, **kwargs)
 
 
 def assert_close(got, want, rtol=1e-5, atol=1e-6):

@@ -17,7 +17,8 @@ if not os.environ.get("TF_USE_LEGACY_KERAS") or "tf_keras" not in tf.keras.__nam
 
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
-from _keras_problem import (BATCH, assert_same_on_all_ranks, fit_inputs,  # noqa: E402
+import _keras_problem  # noqa: E402
+from _keras_problem import (BATCH, assert_same_on_all_ranks,  # noqa: E402
                             global_data, make_model, reference_weights, shard,
                             weights_and_optimizer_state)
 
@@ -25,14 +26,8 @@ keras = tf.keras
 STEPS = 4
 
 
-def fit_distributed(rank, size, optimizer, passes=1, embedding=False, **options):
-    model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
-    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
-    model.compile(optimizer=opt, loss="mse")
-    x, y = fit_inputs(shard(global_data(STEPS, size, passes), rank, size), embedding)
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    return model, opt
+def fit_distributed(rank, size, optimizer, steps=STEPS, **kwargs):
+    return _keras_problem.fit_distributed(keras, rank, size, optimizer, steps=steps, **kwargs)
 
 
 def assert_close(got, want, rtol=1e-4, atol=1e-5):

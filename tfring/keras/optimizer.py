@@ -104,6 +104,20 @@ class _DistributedMixin:
             self.backward_passes_per_step, self.average_aggregated_gradients)
         self._accumulator.build(var_list)
 
+    def _apply_distributed(self, grads, trainable_variables, apply_fn):
+        """Builds on first use, reduces `grads`, then apply_fn(reduced, variables)."""
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(f"{self.name}: pass the variables with the first gradients "
+                                 "(apply_gradients(zip(grads, variables))), or build() first.")
+            trainable_variables = self._trainable_variables
+        variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(variables)
+            self.built = True
+        self._reduce_then_apply(grads, variables, lambda reduced: apply_fn(reduced, variables))
+
     def _reduce_then_apply(self, grads, trainable_variables, apply_fn):
         """Reduces `grads` over ranks and calls apply_fn(reduced) (every Nth call if N > 1)."""
         _xla.check_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
@@ -166,16 +180,7 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
         return self._variables + self.inner_optimizer.variables
 
     def apply(self, grads, trainable_variables=None):
-        if trainable_variables is None:
-            trainable_variables = self._trainable_variables
-        trainable_variables = list(trainable_variables)
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        self._reduce_then_apply(
-            grads, trainable_variables,
-            lambda reduced: self.inner_optimizer.apply(reduced, trainable_variables))
+        self._apply_distributed(grads, trainable_variables, self.inner_optimizer.apply)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         raise NotImplementedError("tfring runs on the TensorFlow backend, which has no "
@@ -237,16 +242,8 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
         self._build_distributed(var_list)
 
     def apply(self, grads, trainable_variables=None):
-        if trainable_variables is None:
-            trainable_variables = self._trainable_variables
-        trainable_variables = list(trainable_variables)
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        parent_apply = super().apply
-        self._reduce_then_apply(grads, trainable_variables,
-                                lambda reduced: parent_apply(reduced, trainable_variables))
+        # The LossScaleOptimizer's own apply: unscale, test for inf/nan, apply or skip.
+        self._apply_distributed(grads, trainable_variables, super().apply)
 
     def get_config(self):
         return {**super().get_config(), **self._distributed_config()}
