@@ -182,10 +182,6 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
     def apply(self, grads, trainable_variables=None):
         self._apply_distributed(grads, trainable_variables, self.inner_optimizer.apply)
 
-    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        raise NotImplementedError("tfring runs on the TensorFlow backend, which has no "
-                                  "stateless_apply.")
-
     @property
     def learning_rate(self):
         return self.inner_optimizer.learning_rate
