@@ -43,11 +43,10 @@ def run_single(model, args):
 
 
 def run_tfring(model, args):
-    cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), "--bind-to", "core",
+    # One core per rank when there are enough; otherwise oversubscribe, unbound.
+    placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
+    cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
            sys.executable, WORKER, "tfring", *worker_args(model, args)]
-    if args.np > os.cpu_count():
-        cmd[1:1] = ["--oversubscribe"]
-        cmd.remove("--bind-to"), cmd.remove("core")
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "tfring")
 

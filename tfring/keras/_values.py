@@ -6,6 +6,8 @@ tensors. Name these calls (`name=`) when they run in a loop: eager collectives a
 across ranks by name.
 """
 
+import numbers
+
 import numpy as np
 import tensorflow as tf
 
@@ -13,12 +15,9 @@ from tfring import collectives
 
 
 def _to_tensor(value):
-    if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "value"):
-        try:
-            return tf.convert_to_tensor(value), False
-        except (TypeError, ValueError):
-            pass
-    return tf.convert_to_tensor(np.asarray(value)), True
+    """(tensor, whether to give numpy back): numbers, lists and numpy in give numpy out."""
+    as_numpy = isinstance(value, (np.ndarray, np.generic, numbers.Number, list, tuple))
+    return tf.convert_to_tensor(np.asarray(value) if as_numpy else value), as_numpy
 
 
 def _result(tensor, as_numpy):
