@@ -1,5 +1,6 @@
 #include "tfring/kernels/common/options.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -47,6 +48,19 @@ Status ReadLogLevel(LogLevel* out) {
   return Status::OK();
 }
 
+Status ReadChoice(const char* name, const char* a, const char* b, bool* is_b) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return Status::OK();
+  std::string v(raw);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == a) *is_b = false;
+  else if (v == b) *is_b = true;
+  else
+    return Status::InvalidArgument(std::string(name) + " must be '" + a + "' or '" + b +
+                                   "'. Received: '" + raw + "'");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status Options::FromEnvironment(Options* o) {
@@ -61,6 +75,15 @@ Status Options::FromEnvironment(Options* o) {
       ReadDouble("TFRING_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &o->stall_shutdown_time_seconds));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
   TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
+  int64_t hierarchical = o->hierarchical_allreduce ? 1 : 0;
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_HIERARCHICAL_ALLREDUCE", 0, &hierarchical));
+  if (hierarchical > 1) {
+    return Status::InvalidArgument("TFRING_HIERARCHICAL_ALLREDUCE must be 0 or 1. Received: " +
+                                   std::to_string(hierarchical));
+  }
+  o->hierarchical_allreduce = hierarchical == 1;
+  TFRING_RETURN_IF_ERROR(
+      ReadChoice("TFRING_GPU_OPERATIONS", "nccl", "mpi", &o->gpu_operations_through_mpi));
   return Status::OK();
 }
 

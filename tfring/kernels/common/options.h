@@ -17,6 +17,10 @@
 //   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        0         fail stalled ops after this; 0: never
 //   TFRING_PEER_TIMEOUT_SECONDS         s        30        a peer silent this long is lost
 //   TFRING_LOG_LEVEL                    -        warning   trace, debug, info, warning, error
+//   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
+//                                                          host memory); builds with NCCL only
+//   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         GPU allreduce: NCCL inside each host,
+//                                                          MPI across hosts (one rank per host)
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,8 @@ struct Options {
   double stall_shutdown_time_seconds = 0.0;
   double peer_timeout_seconds = 30.0;
   LogLevel log_level = LogLevel::kWarning;
+  bool gpu_operations_through_mpi = false;
+  bool hierarchical_allreduce = false;
 
   // Reads the environment. A malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Options* options);

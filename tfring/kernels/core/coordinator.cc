@@ -1,7 +1,6 @@
 #include "tfring/kernels/core/coordinator.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include <sched.h>
 
@@ -9,7 +8,6 @@
 #include <sys/prctl.h>
 #endif
 
-#include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/fusion.h"
 
@@ -25,12 +23,6 @@ constexpr auto kMinBackoff = std::chrono::microseconds(10);
 // after at most this pause: short, because a peer that submits now waits for our next cycle.
 constexpr auto kMaxBackoff = std::chrono::microseconds(100);
 
-// memcpy with a null pointer is undefined even for zero bytes, and empty tensors may have
-// null buffers.
-void CopyBytes(void* dst, const void* src, size_t n) {
-  if (n > 0) std::memcpy(dst, src, n);
-}
-
 bool TestBit(const std::vector<uint64_t>& w, size_t base, int bit) {
   return (w[base + bit / 64] >> (bit % 64)) & 1;
 }
@@ -41,25 +33,17 @@ void ClearBit(std::vector<uint64_t>* w, size_t base, int bit) {
   (*w)[base + bit / 64] &= ~(uint64_t{1} << (bit % 64));
 }
 
-int64_t RowBytes(const Request& r) {
-  int64_t n = static_cast<int64_t>(DataTypeSize(r.dtype));
-  for (size_t d = 1; d < r.shape.size(); ++d) n *= r.shape[d];
-  return n;
-}
-
-int64_t TensorBytes(const Request& r) {
-  return NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-}
-
 }  // namespace
 
 Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
-                         std::unique_ptr<Backend> backend)
+                         std::unique_ptr<Backend> backend,
+                         std::unique_ptr<GroupExecutor> device_executor)
     : options_(options),
       control_plane_(std::move(control_plane)),
-      backend_(std::move(backend)),
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
+      host_(std::move(backend), rank_, size_),
+      device_(std::move(device_executor)),
       cache_(options.cache_capacity),
       negotiator_(size_) {}
 
@@ -376,12 +360,6 @@ void Coordinator::FailEverything(const Status& status) {
   for (Entry& e : queued) e.done(status);
 }
 
-char* Coordinator::FusionBuffer(size_t which, size_t bytes) {
-  std::vector<char>& b = fusion_buffers_[which];
-  if (b.size() < bytes) b.resize(bytes);
-  return b.data();
-}
-
 void Coordinator::Execute(const std::vector<Response>& responses) {
   std::vector<FusionItem> items;
   std::vector<Entry*> entries;
@@ -412,144 +390,27 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
     }
     const Response& head = *rs[0];
     const auto started = SteadyClock::now();
+    GroupExecutor* executor = head.on_device ? device_.get() : &host_;
     Status s;
-    switch (head.kind) {
-      case CollectiveKind::kAllreduce: s = ExecuteAllreduce(es, head); break;
-      case CollectiveKind::kAllgather: s = ExecuteAllgather(es, rs); break;
-      case CollectiveKind::kBroadcast: s = ExecuteBroadcast(es, head); break;
+    if (executor == nullptr) {
+      s = Status::FailedPrecondition(
+          "tensor '" + head.name + "' is in GPU memory, but this tfring build has no GPU path "
+          "(built without NCCL; see BUILD.md, 'GPU (NCCL)')");
+    } else {
+      switch (head.kind) {
+        case CollectiveKind::kAllreduce: s = executor->Allreduce(es, head); break;
+        case CollectiveKind::kAllgather: s = executor->Allgather(es, rs); break;
+        case CollectiveKind::kBroadcast: s = executor->Broadcast(es, head); break;
+      }
     }
-    TFRING_LOG(kTrace) << CollectiveKindName(head.kind) << " of " << rs.size() << " tensor(s), "
+    TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "
+                       << CollectiveKindName(head.kind) << " of " << rs.size() << " tensor(s), "
                        << "first '" << head.name << "': "
                        << std::chrono::duration<double, std::micro>(SteadyClock::now() - started)
                               .count()
                        << " us";
     for (const Response* r : rs) Finish(r->name, s);
   }
-}
-
-void Coordinator::Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count) {
-  const DataType dtype = e.request.dtype;
-  double factor = e.request.postscale_factor;
-  if (IsFloatingPoint(dtype)) {
-    if (op == ReduceOp::kAverage) factor /= size_;
-    if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
-  } else if (op == ReduceOp::kAverage) {
-    FloorDivideInPlace(dtype, size_, buffer, count);
-  }
-}
-
-Status Coordinator::ExecuteAllreduce(const std::vector<Entry*>& group, const Response& r) {
-  const DataType dtype = r.dtype;
-  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  const size_t esize = DataTypeSize(dtype);
-  if (group.size() == 1) {
-    // A lone tensor goes straight from its input to its output: no fusion-buffer copy.
-    Entry& e = *group[0];
-    const int64_t count = NumElements(e.request.shape);
-    const void* in = e.input;
-    if (e.request.prescale_factor != 1.0) {
-      if (e.output != e.input) CopyBytes(e.output, e.input, count * esize);
-      ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
-      in = e.output;
-    }
-    TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
-    Postprocess(e, r.reduce_op, e.output, count);
-    return Status::OK();
-  }
-  int64_t total = 0;
-  for (Entry* e : group) total += NumElements(e->request.shape);
-  char* buffer = FusionBuffer(0, total * esize);
-  int64_t offset = 0;
-  for (Entry* e : group) {
-    const int64_t count = NumElements(e->request.shape);
-    CopyBytes(buffer + offset * esize, e->input, count * esize);
-    if (e->request.prescale_factor != 1.0) {
-      ScaleInPlace(dtype, e->request.prescale_factor, buffer + offset * esize, count);
-    }
-    offset += count;
-  }
-  TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
-  offset = 0;
-  for (Entry* e : group) {
-    const int64_t count = NumElements(e->request.shape);
-    Postprocess(*e, r.reduce_op, buffer + offset * esize, count);
-    CopyBytes(e->output, buffer + offset * esize, count * esize);
-    offset += count;
-  }
-  return Status::OK();
-}
-
-Status Coordinator::ExecuteAllgather(const std::vector<Entry*>& group,
-                                     const std::vector<const Response*>& rs) {
-  // Allocate every output first: its first dimension is the sum over ranks.
-  for (size_t i = 0; i < group.size(); ++i) {
-    Entry& e = *group[i];
-    Shape shape = e.request.shape;
-    shape[0] = 0;
-    for (int64_t d : rs[i]->first_dims) shape[0] += d;
-    TFRING_RETURN_IF_ERROR(e.allocate_output(shape, &e.output));
-  }
-  std::vector<int64_t> bytes_per_rank(size_, 0);
-  for (size_t i = 0; i < group.size(); ++i) {
-    const int64_t row = RowBytes(group[i]->request);
-    for (int r = 0; r < size_; ++r) bytes_per_rank[r] += rs[i]->first_dims[r] * row;
-  }
-  if (group.size() == 1) {
-    return backend_->Allgather(group[0]->input, group[0]->output, bytes_per_rank);
-  }
-  // Fused: rank r's block holds its tensors back to back; unpack tensor i's rows from each
-  // rank's block into output i, in rank order.
-  int64_t total = 0;
-  for (int64_t b : bytes_per_rank) total += b;
-  char* send = FusionBuffer(0, bytes_per_rank[rank_]);
-  char* recv = FusionBuffer(1, total);
-  int64_t offset = 0;
-  for (size_t i = 0; i < group.size(); ++i) {
-    const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
-    CopyBytes(send + offset, group[i]->input, n);
-    offset += n;
-  }
-  TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, bytes_per_rank));
-  std::vector<int64_t> out_offset(group.size(), 0);
-  int64_t block = 0;
-  for (int r = 0; r < size_; ++r) {
-    int64_t at = block;
-    for (size_t i = 0; i < group.size(); ++i) {
-      const int64_t n = rs[i]->first_dims[r] * RowBytes(group[i]->request);
-      CopyBytes(static_cast<char*>(group[i]->output) + out_offset[i], recv + at, n);
-      out_offset[i] += n;
-      at += n;
-    }
-    block += bytes_per_rank[r];
-  }
-  return Status::OK();
-}
-
-Status Coordinator::ExecuteBroadcast(const std::vector<Entry*>& group, const Response& r) {
-  const bool is_root = rank_ == r.root_rank;
-  if (group.size() == 1) {
-    Entry& e = *group[0];
-    const int64_t bytes = TensorBytes(e.request);
-    if (is_root && e.output != e.input) CopyBytes(e.output, e.input, bytes);
-    return backend_->Broadcast(e.output, bytes, r.root_rank);
-  }
-  int64_t total = 0;
-  for (Entry* e : group) total += TensorBytes(e->request);
-  char* buffer = FusionBuffer(0, total);
-  int64_t offset = 0;
-  if (is_root) {
-    for (Entry* e : group) {
-      CopyBytes(buffer + offset, e->input, TensorBytes(e->request));
-      offset += TensorBytes(e->request);
-    }
-  }
-  TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
-  offset = 0;
-  for (Entry* e : group) {
-    if (e->output != buffer + offset) CopyBytes(e->output, buffer + offset, TensorBytes(e->request));
-    offset += TensorBytes(e->request);
-  }
-  return Status::OK();
 }
 
 }  // namespace tfring

@@ -20,7 +20,9 @@
 //     broadcasts their Responses (or errors, or an abort after a stall); every rank adds
 //     the successful cacheable ones to its cache in list order, so caches stay identical.
 //  4. Execute: cache hits (slot order), then negotiated responses (list order), planned
-//     into fusion groups (fusion.h), each one backend call; then `done` for each entry.
+//     into fusion groups (fusion.h), each run by a GroupExecutor (host tensors: the
+//     HostExecutor over the backend; GPU tensors: the device executor); then `done` for
+//     each entry.
 // The thread sleeps between cycles only while it has nothing pending (after 200 us of
 // yielding, since ops come in bursts): an Enqueue wakes it at once, so a lone tensor never
 // waits for a timer. With entries pending but no progress
@@ -49,6 +51,8 @@
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/control_plane.h"
 #include "tfring/kernels/core/entry.h"
+#include "tfring/kernels/core/group_executor.h"
+#include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/response_cache.h"
 
@@ -56,8 +60,11 @@ namespace tfring {
 
 class Coordinator {
  public:
+  // `backend` carries host tensors. `device_executor` runs GPU tensors (Entry::device >= 0);
+  // without one, such tensors fail with an error that says so.
   Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
-              std::unique_ptr<Backend> backend);
+              std::unique_ptr<Backend> backend,
+              std::unique_ptr<GroupExecutor> device_executor = nullptr);
   ~Coordinator();  // Shutdown() if still running
 
   void Start();
@@ -90,20 +97,16 @@ class Coordinator {
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
   Status Negotiate(std::vector<Response>* execute, bool* stop);
   void Execute(const std::vector<Response>& responses);
-  Status ExecuteAllreduce(const std::vector<Entry*>& group, const Response& r);
-  Status ExecuteAllgather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs);
-  Status ExecuteBroadcast(const std::vector<Entry*>& group, const Response& r);
-  void Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count);
   void Finish(const std::string& name, const Status& status);
   void FailEverything(const Status& status);
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
-  char* FusionBuffer(size_t which, size_t bytes);
 
   const Options options_;
   std::unique_ptr<ControlPlane> control_plane_;
-  std::unique_ptr<Backend> backend_;
   const int rank_;
   const int size_;
+  HostExecutor host_;
+  std::unique_ptr<GroupExecutor> device_;
 
   // Shared with Enqueue/Shutdown callers.
   mutable std::mutex mutex_;
@@ -122,7 +125,6 @@ class Coordinator {
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
   Negotiator negotiator_;  // used on rank 0 only
-  std::vector<char> fusion_buffers_[2];
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   SteadyClock::time_point last_stall_warning_;
 };

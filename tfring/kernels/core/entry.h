@@ -10,6 +10,8 @@
 
 namespace tfring {
 
+constexpr int kHostMemory = -1;
+
 struct Entry {
   Request request;  // name, collective, dtype, shape, reduce op, root, scale factors
   const void* input = nullptr;
@@ -17,6 +19,14 @@ struct Entry {
   // own buffer (an allreduce input nothing else holds, the broadcast root's tensor).
   // Allgather: null until allocate_output runs.
   void* output = nullptr;
+  // Where input and output live: kHostMemory, or the ordinal of the GPU that holds them
+  // (then request.on_device is true, and the device executor runs the op).
+  int device = kHostMemory;
+  // GPU entries: an event (cudaEvent_t) recorded on the producer's stream after the input
+  // was written. The device executor makes its own stream wait for it before reading the
+  // input (no host synchronization). Owned by the submitter, alive until `done`. Null: the
+  // input is ready already.
+  void* ready_event = nullptr;
   // Allgather only: allocates the output for `shape` (known after negotiation) and returns
   // its buffer. Called on the background thread.
   std::function<Status(const Shape& shape, void** buffer)> allocate_output;

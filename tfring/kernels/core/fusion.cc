@@ -6,8 +6,12 @@ namespace tfring {
 namespace {
 
 bool Compatible(const Response& a, const Response& b) {
-  if (a.kind != b.kind || a.dtype != b.dtype) return false;
-  if (a.kind == CollectiveKind::kAllreduce) return a.reduce_op == b.reduce_op;
+  if (a.kind != b.kind || a.dtype != b.dtype || a.on_device != b.on_device) return false;
+  if (a.kind == CollectiveKind::kAllreduce) {
+    // The device executor folds the scale factors into the reduction of the whole buffer.
+    return a.reduce_op == b.reduce_op && (!a.on_device || (a.prescale_factor == b.prescale_factor &&
+                                                            a.postscale_factor == b.postscale_factor));
+  }
   if (a.kind == CollectiveKind::kBroadcast) return a.root_rank == b.root_rank;
   return true;
 }

@@ -1,8 +1,9 @@
 // Fusion planning: which ready tensors share one fusion buffer and one backend call.
 //
 // A pure function of the (identical on every rank) ordered response list, so every rank
-// forms the same groups. Tensors are grouped when they have the same collective, dtype and
-// reduce op (and root, for broadcast) and the group's bytes stay within the threshold. A
+// forms the same groups. Tensors are grouped when they have the same collective, dtype,
+// memory (host or GPU) and reduce op (and root, for broadcast; and scale factors, on a GPU)
+// and the group's bytes stay within the threshold. A
 // tensor at or above the threshold, or at or above `alone_bytes`, travels alone (and then
 // needs no copy at all): fusion saves a backend call per tensor, which is worth a copy in
 // and out of the fusion buffer for small tensors only; for a tensor of a megabyte the two

@@ -66,10 +66,21 @@ Status Corrupt(const char* what) {
 
 }  // namespace
 
+int64_t TensorBytes(const Request& r) {
+  return NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+}
+
+int64_t RowBytes(const Request& r) {
+  int64_t n = static_cast<int64_t>(DataTypeSize(r.dtype));
+  for (size_t d = 1; d < r.shape.size(); ++d) n *= r.shape[d];
+  return n;
+}
+
 bool Request::SameSignature(const Request& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
-         postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable;
+         postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable &&
+         on_device == o.on_device;
 }
 
 std::string EncodeRequests(const std::vector<Request>& requests) {
@@ -81,6 +92,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
     w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
     w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
     w.Put<uint8_t>(r.cacheable ? 1 : 0);
+    w.Put<uint8_t>(r.on_device ? 1 : 0);
     w.Put<int32_t>(r.root_rank);
     w.Put<double>(r.prescale_factor);
     w.Put<double>(r.postscale_factor);
@@ -95,9 +107,10 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
   if (!rd.Get(&n)) return Corrupt("request");
   requests->resize(n);
   for (Request& r : *requests) {
-    uint8_t kind, dtype, op, cacheable;
+    uint8_t kind, dtype, op, cacheable, on_device;
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
-        !rd.Get(&cacheable) || !rd.Get(&r.root_rank) || !rd.Get(&r.prescale_factor) ||
+        !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
+        !rd.Get(&r.prescale_factor) ||
         !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape)) {
       return Corrupt("request");
     }
@@ -105,6 +118,7 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
     r.cacheable = cacheable != 0;
+    r.on_device = on_device != 0;
   }
   return rd.done() ? Status::OK() : Corrupt("request");
 }
@@ -119,7 +133,10 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
     w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
     w.Put<uint8_t>(r.cacheable ? 1 : 0);
+    w.Put<uint8_t>(r.on_device ? 1 : 0);
     w.Put<int32_t>(r.root_rank);
+    w.Put<double>(r.prescale_factor);
+    w.Put<double>(r.postscale_factor);
     w.PutInts(r.first_dims);
     w.PutString(r.error);
   }
@@ -132,16 +149,18 @@ Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
   if (!rd.GetString(&list->abort_message) || !rd.Get(&n)) return Corrupt("response");
   list->responses.resize(n);
   for (Response& r : list->responses) {
-    uint8_t kind, dtype, op, cacheable;
+    uint8_t kind, dtype, op, cacheable, on_device;
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
-        !rd.Get(&cacheable) || !rd.Get(&r.root_rank) || !rd.GetInts(&r.first_dims) ||
-        !rd.GetString(&r.error)) {
+        !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
+        !rd.Get(&r.prescale_factor) || !rd.Get(&r.postscale_factor) ||
+        !rd.GetInts(&r.first_dims) || !rd.GetString(&r.error)) {
       return Corrupt("response");
     }
     r.kind = static_cast<CollectiveKind>(kind);
     r.dtype = static_cast<DataType>(dtype);
     r.reduce_op = static_cast<ReduceOp>(op);
     r.cacheable = cacheable != 0;
+    r.on_device = on_device != 0;
   }
   return rd.done() ? Status::OK() : Corrupt("response");
 }

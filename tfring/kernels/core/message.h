@@ -22,6 +22,9 @@ struct Request {
   double postscale_factor = 1.0;        // allreduce only
   Shape shape;
   bool cacheable = true;  // false for auto-named eager ops: their names never recur
+  // Where the tensor lives: host memory (MPI) or a GPU (NCCL). Every rank must agree, since
+  // the two take different backends; which GPU is each rank's own business.
+  bool on_device = false;
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const;
@@ -35,11 +38,18 @@ struct Response {
   ReduceOp reduce_op = ReduceOp::kSum;
   int32_t root_rank = 0;
   std::vector<int64_t> first_dims;  // allgather: first dimension of each rank's tensor
+  double prescale_factor = 1.0;     // allreduce: the same on every rank (negotiated)
+  double postscale_factor = 1.0;
+  bool on_device = false;           // GPU tensors: run by the device executor
   bool cacheable = false;
   std::string error;  // non-empty: fail the op on every rank with this message
 
   bool ok() const { return error.empty(); }
 };
+
+// Bytes of the whole tensor, and of one row (all dimensions but the first).
+int64_t TensorBytes(const Request& r);
+int64_t RowBytes(const Request& r);
 
 // Sent by rank 0 after each full negotiation round.
 struct ResponseList {

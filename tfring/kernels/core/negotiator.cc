@@ -66,6 +66,9 @@ Response Negotiator::Validate(const Slot& slot) const {
   resp.dtype = first.dtype;
   resp.reduce_op = first.reduce_op;
   resp.root_rank = first.root_rank;
+  resp.prescale_factor = first.prescale_factor;
+  resp.postscale_factor = first.postscale_factor;
+  resp.on_device = first.on_device;
   resp.cacheable = first.kind != CollectiveKind::kAllgather;  // gathered sizes may change
   for (int r = 0; r < size_; ++r) {
     const Request& req = slot.by_rank[r];
@@ -75,6 +78,10 @@ Response Negotiator::Validate(const Slot& slot) const {
     if (req.kind != first.kind) {
       resp.error = Mismatch("collectives", n, 0, CollectiveKindName(first.kind), r,
                             CollectiveKindName(req.kind));
+    } else if (req.on_device != first.on_device) {
+      resp.error = Mismatch("devices", n, 0, first.on_device ? "GPU" : "CPU", r,
+                            req.on_device ? "GPU" : "CPU") +
+                   " (place the tensor on the same kind of device on every rank)";
     } else if (req.dtype != first.dtype) {
       resp.error = Mismatch("data types", n, 0, DataTypeName(first.dtype), r,
                             DataTypeName(req.dtype));

@@ -88,6 +88,19 @@ Status MpiContext::DupWorld(MPI_Comm* comm) {
   return Status::OK();
 }
 
+Status MpiContext::SplitLocal(MPI_Comm* comm) {
+  TFRING_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_layout.rank,
+                                       MPI_INFO_NULL, comm));
+  TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  return Status::OK();
+}
+
+Status MpiContext::SplitCross(MPI_Comm* comm) {
+  TFRING_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g_layout.local_rank, g_layout.rank, comm));
+  TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  return Status::OK();
+}
+
 std::string MpiContext::LibraryVersion() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;

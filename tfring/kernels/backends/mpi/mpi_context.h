@@ -29,6 +29,10 @@ class MpiContext {
   static bool threads_supported();
   // A fresh duplicate of MPI_COMM_WORLD with errors returned, not fatal.
   static Status DupWorld(MPI_Comm* comm);
+  // The ranks on this host (ordered by world rank), and the ranks that share this rank's
+  // local rank (one per host: with local rank 0, the hosts' leaders). Errors returned.
+  static Status SplitLocal(MPI_Comm* comm);
+  static Status SplitCross(MPI_Comm* comm);
   // "Open MPI v5.0.11, ..." as MPI_Get_library_version reports it (first line).
   static std::string LibraryVersion();
 };

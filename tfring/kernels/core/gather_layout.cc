@@ -1,0 +1,31 @@
+#include "tfring/kernels/core/gather_layout.h"
+
+namespace tfring {
+
+GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
+                        int size) {
+  GatherLayout layout;
+  layout.bytes_per_rank.assign(size, 0);
+  std::vector<int64_t> to_offset(group.size(), 0);
+  int64_t from = 0;
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < group.size(); ++i) {
+      const int64_t n = rs[i]->first_dims[r] * RowBytes(group[i]->request);
+      if (group.size() > 1) layout.pieces.push_back({i, from, to_offset[i], n});
+      layout.bytes_per_rank[r] += n;
+      to_offset[i] += n;
+      from += n;
+    }
+  }
+  layout.total_bytes = from;
+  return layout;
+}
+
+Shape GatheredShape(const Entry& e, const Response& r) {
+  Shape shape = e.request.shape;
+  shape[0] = 0;
+  for (int64_t d : r.first_dims) shape[0] += d;
+  return shape;
+}
+
+}  // namespace tfring

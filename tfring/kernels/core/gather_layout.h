@@ -1,0 +1,36 @@
+// The layout of a (possibly fused) allgather, shared by the host and device executors.
+//
+// Rank r's block of the gathered buffer holds rank r's rows of every tensor of the group,
+// tensor after tensor; output i needs its rows from every block, in rank order. A lone
+// tensor's block is its output's slice, so it needs no unpacking.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tfring/kernels/core/entry.h"
+#include "tfring/kernels/core/message.h"
+
+namespace tfring {
+
+struct GatherPiece {
+  size_t tensor;         // index in the group
+  int64_t from_offset;   // in the gathered buffer
+  int64_t to_offset;     // in the tensor's output
+  int64_t bytes;
+};
+
+struct GatherLayout {
+  std::vector<int64_t> bytes_per_rank;  // each rank's block
+  int64_t total_bytes = 0;
+  std::vector<GatherPiece> pieces;      // gathered buffer -> outputs, for a fused group
+};
+
+// rs[i] is group[i]'s response. Call after the outputs' shapes are known.
+GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
+                        int size);
+
+// The shape of group member `e`'s gathered output.
+Shape GatheredShape(const Entry& e, const Response& r);
+
+}  // namespace tfring

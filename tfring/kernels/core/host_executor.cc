@@ -1,0 +1,134 @@
+#include "tfring/kernels/core/host_executor.h"
+
+#include <cstring>
+
+#include "tfring/kernels/common/elementwise.h"
+#include "tfring/kernels/core/gather_layout.h"
+
+namespace tfring {
+namespace {
+
+// memcpy with a null pointer is undefined even for zero bytes, and empty tensors may have
+// null buffers.
+void CopyBytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
+}  // namespace
+
+HostExecutor::HostExecutor(std::unique_ptr<Backend> backend, int rank, int size)
+    : backend_(std::move(backend)), rank_(rank), size_(size) {}
+
+char* HostExecutor::FusionBuffer(size_t which, size_t bytes) {
+  std::vector<char>& b = fusion_buffers_[which];
+  if (b.size() < bytes) b.resize(bytes);
+  return b.data();
+}
+
+void HostExecutor::Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count) {
+  const DataType dtype = e.request.dtype;
+  double factor = e.request.postscale_factor;
+  if (IsFloatingPoint(dtype)) {
+    if (op == ReduceOp::kAverage) factor /= size_;
+    if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
+  } else if (op == ReduceOp::kAverage) {
+    FloorDivideInPlace(dtype, size_, buffer, count);
+  }
+}
+
+Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
+  const DataType dtype = r.dtype;
+  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const size_t esize = DataTypeSize(dtype);
+  if (group.size() == 1) {
+    // A lone tensor goes straight from its input to its output: no fusion-buffer copy.
+    Entry& e = *group[0];
+    const int64_t count = NumElements(e.request.shape);
+    const void* in = e.input;
+    if (e.request.prescale_factor != 1.0) {
+      if (e.output != e.input) CopyBytes(e.output, e.input, count * esize);
+      ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
+      in = e.output;
+    }
+    TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
+    Postprocess(e, r.reduce_op, e.output, count);
+    return Status::OK();
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += NumElements(e->request.shape);
+  char* buffer = FusionBuffer(0, total * esize);
+  int64_t offset = 0;
+  for (Entry* e : group) {
+    const int64_t count = NumElements(e->request.shape);
+    CopyBytes(buffer + offset * esize, e->input, count * esize);
+    if (e->request.prescale_factor != 1.0) {
+      ScaleInPlace(dtype, e->request.prescale_factor, buffer + offset * esize, count);
+    }
+    offset += count;
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
+  offset = 0;
+  for (Entry* e : group) {
+    const int64_t count = NumElements(e->request.shape);
+    Postprocess(*e, r.reduce_op, buffer + offset * esize, count);
+    CopyBytes(e->output, buffer + offset * esize, count * esize);
+    offset += count;
+  }
+  return Status::OK();
+}
+
+Status HostExecutor::Allgather(const std::vector<Entry*>& group,
+                               const std::vector<const Response*>& rs) {
+  // Allocate every output first: its first dimension is the sum over ranks.
+  for (size_t i = 0; i < group.size(); ++i) {
+    Entry& e = *group[i];
+    TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
+  }
+  const GatherLayout layout = PlanGather(group, rs, size_);
+  if (group.size() == 1) {
+    return backend_->Allgather(group[0]->input, group[0]->output, layout.bytes_per_rank);
+  }
+  char* send = FusionBuffer(0, layout.bytes_per_rank[rank_]);
+  char* recv = FusionBuffer(1, layout.total_bytes);
+  int64_t offset = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
+    CopyBytes(send + offset, group[i]->input, n);
+    offset += n;
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, layout.bytes_per_rank));
+  for (const GatherPiece& p : layout.pieces) {
+    CopyBytes(static_cast<char*>(group[p.tensor]->output) + p.to_offset, recv + p.from_offset,
+              p.bytes);
+  }
+  return Status::OK();
+}
+
+Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
+  const bool is_root = rank_ == r.root_rank;
+  if (group.size() == 1) {
+    Entry& e = *group[0];
+    const int64_t bytes = TensorBytes(e.request);
+    if (is_root && e.output != e.input) CopyBytes(e.output, e.input, bytes);
+    return backend_->Broadcast(e.output, bytes, r.root_rank);
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += TensorBytes(e->request);
+  char* buffer = FusionBuffer(0, total);
+  int64_t offset = 0;
+  if (is_root) {
+    for (Entry* e : group) {
+      CopyBytes(buffer + offset, e->input, TensorBytes(e->request));
+      offset += TensorBytes(e->request);
+    }
+  }
+  TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
+  offset = 0;
+  for (Entry* e : group) {
+    if (e->output != buffer + offset) CopyBytes(e->output, buffer + offset, TensorBytes(e->request));
+    offset += TensorBytes(e->request);
+  }
+  return Status::OK();
+}
+
+}  // namespace tfring

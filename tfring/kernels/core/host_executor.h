@@ -1,0 +1,38 @@
+// HostExecutor: runs fusion groups of host-memory tensors through a Backend (MPI in the
+// library, the in-process backend in tests). A lone tensor goes from its input straight to
+// its output; a fused group is packed into a fusion buffer, reduced or gathered in one call,
+// and unpacked. Prescale, postscale and Average's division happen here, on the host, since
+// MPI only sums.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/core/group_executor.h"
+
+namespace tfring {
+
+class HostExecutor : public GroupExecutor {
+ public:
+  HostExecutor(std::unique_ptr<Backend> backend, int rank, int size);
+
+  const char* name() const override { return backend_->name(); }
+  Status Allreduce(const std::vector<Entry*>& group, const Response& r) override;
+  Status Allgather(const std::vector<Entry*>& group,
+                   const std::vector<const Response*>& rs) override;
+  Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+
+  Backend* backend() { return backend_.get(); }
+
+ private:
+  void Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count);
+  char* FusionBuffer(size_t which, size_t bytes);
+
+  std::unique_ptr<Backend> backend_;
+  const int rank_;
+  const int size_;
+  std::vector<char> fusion_buffers_[2];
+};
+
+}  // namespace tfring
