@@ -39,7 +39,7 @@ double Tolerance(DataType dtype) {
 }
 
 OpPtr NewOp(const std::string& name, DataType dtype, const Shape& shape,
-            const std::vector<double>& values, Entry* e) {
+            const std::vector<double>& values, Placement where, Entry* e) {
   auto op = std::make_shared<Op>();
   op->name = name;
   op->dtype = dtype;
@@ -48,6 +48,9 @@ OpPtr NewOp(const std::string& name, DataType dtype, const Shape& shape,
   e->request.dtype = dtype;
   e->request.shape = shape;
   e->input = op->input.data();
+  e->device = where.device;
+  e->request.on_device = where.device != kHostMemory;
+  e->ready_event = where.ready_event;
   // The done callback owns the Op: its buffers live until the coordinator is finished.
   e->done = [op](const Status& s) { op->promise.set_value(s); };
   return op;
@@ -149,9 +152,9 @@ bool AllClose(DataType dtype, const std::vector<double>& got, const std::vector<
 }
 
 OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, ReduceOp op) {
+                      const std::vector<double>& values, ReduceOp op, Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = op;
   p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer
@@ -163,9 +166,9 @@ OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, c
 }
 
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values) {
+                      const std::vector<double>& values, Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
   e.request.kind = CollectiveKind::kAllgather;
   Op* raw = p.get();  // the done callback keeps it alive
   e.allocate_output = [raw, dtype](const Shape& s, void** buffer) {
@@ -180,9 +183,9 @@ OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, c
 }
 
 OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, int root) {
+                      const std::vector<double>& values, int root, Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, &e);
+  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
   e.request.kind = CollectiveKind::kBroadcast;
   e.request.root_rank = root;
   p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer

@@ -50,13 +50,21 @@ struct Op {
 };
 using OpPtr = std::shared_ptr<Op>;
 
+// Where a submitted op's buffers claim to live: host memory by default; a device ordinal
+// (with an optional ready event) sends the op down the coordinator's device path. The
+// buffers stay host vectors: tests give the coordinator a device executor over host memory.
+struct Placement {
+  int device = kHostMemory;
+  void* ready_event = nullptr;
+};
+
 // Submit one collective to `c`; the returned Op completes when its done callback runs.
 OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, ReduceOp op);
+                      const std::vector<double>& values, ReduceOp op, Placement where = {});
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values);
+                      const std::vector<double>& values, Placement where = {});
 OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, int root);
+                      const std::vector<double>& values, int root, Placement where = {});
 
 // The op's status, or DeadlineExceeded naming the op if it did not finish in time.
 Status WaitFor(const OpPtr& op, double seconds = 10.0);

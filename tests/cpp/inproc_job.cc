@@ -4,6 +4,7 @@
 
 #include "tfring/kernels/backends/inproc/inproc_backend.h"
 #include "tfring/kernels/backends/inproc/inproc_control_plane.h"
+#include "tfring/kernels/core/staging_executor.h"
 
 namespace tfring {
 namespace testing {
@@ -34,16 +35,28 @@ class CountingControlPlane : public ControlPlane {
 
 }  // namespace
 
-InprocJob::InprocJob(int size, const Options& options, double world_timeout_seconds) {
+InprocJob::InprocJob(int size, const Options& options, double world_timeout_seconds)
+    : InprocJob(size, options, nullptr, world_timeout_seconds) {}
+
+InprocJob::InprocJob(int size, const Options& options,
+                     FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds) {
   auto control_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto data_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
+  auto device_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   for (int r = 0; r < size; ++r) {
     rounds_.push_back(std::make_unique<std::atomic<int64_t>>(0));
+    std::unique_ptr<GroupExecutor> device;
+    if (device_counters != nullptr) {
+      device = std::make_unique<StagingExecutor>(
+          std::make_unique<FakeDeviceMemory>(device_counters),
+          std::make_unique<HostExecutor>(std::make_unique<InprocBackend>(device_world, r), r,
+                                         size));
+    }
     coordinators_.push_back(std::make_unique<Coordinator>(
         options,
         std::make_unique<CountingControlPlane>(
             std::make_unique<InprocControlPlane>(control_world, r), rounds_.back().get()),
-        std::make_unique<InprocBackend>(data_world, r)));
+        std::make_unique<InprocBackend>(data_world, r), std::move(device)));
   }
   for (auto& c : coordinators_) c->Start();
 }

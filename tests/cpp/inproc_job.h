@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tfring/kernels/common/options.h"
+#include "tests/cpp/fake_device_memory.h"
 #include "tfring/kernels/core/coordinator.h"
 
 namespace tfring {
@@ -21,6 +22,10 @@ class InprocJob {
   // Builds and starts one coordinator per rank. `world_timeout_seconds` bounds every wait
   // for a peer in a collective, so a logic error fails ops instead of hanging the test.
   InprocJob(int size, const Options& options, double world_timeout_seconds = 20.0);
+  // With a device path: each rank's GPU tensors go through a StagingExecutor over
+  // FakeDeviceMemory (host memory standing in for a GPU's) and its own in-process backend.
+  InprocJob(int size, const Options& options, FakeDeviceMemory::Counters* device_counters,
+            double world_timeout_seconds = 20.0);
   ~InprocJob();  // Shutdown()
 
   int size() const { return static_cast<int>(coordinators_.size()); }

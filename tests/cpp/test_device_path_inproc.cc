@@ -1,0 +1,153 @@
+// The coordinator's path for GPU tensors, without a GPU: ranks as threads, and a device
+// executor (StagingExecutor) over FakeDeviceMemory, i.e. host memory that the runtime must
+// treat as a device's: wait for the producer's event, copy to the host, run the host
+// collective, copy back. The NCCL executor itself needs a GPU: test_nccl_runtime.cc.
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/inproc_job.h"
+#include "tests/cpp/test_harness.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+constexpr int kSizes[] = {2, 3};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                ReduceOp::kMax, ReduceOp::kProduct};
+const Placement kOnGpu0{0, nullptr};
+
+TFRING_TEST(DevicePath, StagedAllreduceEveryOp) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    job.OnEveryRank([&](int rank) {
+      int salt = 0;
+      for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16}) {
+        for (ReduceOp op : kAllOps) {
+          const std::string name = std::string("gpu/") + DataTypeName(dtype) + "/" + ReduceOpName(op);
+          OpPtr p = SubmitAllreduce(job.rank(rank), name, dtype, {2, 5},
+                                    TestValues(dtype, rank, 10, salt), op, kOnGpu0);
+          ExpectAllreduced(p, op, size, salt);
+          ++salt;
+        }
+      }
+    });
+    const int entries = size * 3 * 5;
+    EXPECT_EQ(counters.waits.load(), entries);
+    EXPECT_EQ(counters.to_host.load(), entries);
+    EXPECT_EQ(counters.to_device.load(), entries);
+    EXPECT_EQ(counters.unwaited_reads.load(), 0);
+  }
+}
+
+TFRING_TEST(DevicePath, StagedFusedGroupOfSmallTensors) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    job.OnEveryRank([&](int rank) {
+      std::vector<OpPtr> ops;
+      for (int i = 0; i < 6; ++i) {
+        ops.push_back(SubmitAllreduce(job.rank(rank), "fused/" + std::to_string(i),
+                                      DataType::kFloat32, {i + 1},
+                                      TestValues(DataType::kFloat32, rank, i + 1, i),
+                                      ReduceOp::kAverage, kOnGpu0));
+      }
+      for (int i = 0; i < 6; ++i) ExpectAllreduced(ops[i], ReduceOp::kAverage, size, i);
+    });
+    EXPECT_EQ(counters.unwaited_reads.load(), 0);
+  }
+}
+
+TFRING_TEST(DevicePath, StagedAllgatherUnevenAndBroadcast) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    const int root = size - 1;
+    job.OnEveryRank([&](int rank) {
+      OpPtr a = SubmitAllgather(job.rank(rank), "ag/a", DataType::kFloat32, {rank + 1, 2},
+                                TestValues(DataType::kFloat32, rank, (rank + 1) * 2, 1), kOnGpu0);
+      OpPtr b = SubmitAllgather(job.rank(rank), "ag/b", DataType::kInt32, {2 * rank, 3},
+                                TestValues(DataType::kInt32, rank, 2 * rank * 3, 2), kOnGpu0);
+      OpPtr c = SubmitBroadcast(job.rank(rank), "bc", DataType::kFloat64, {4},
+                                TestValues(DataType::kFloat64, rank, 4, 3), root, kOnGpu0);
+      std::vector<double> want_a, want_b;
+      for (int r = 0; r < size; ++r) {
+        auto va = TestValues(DataType::kFloat32, r, (r + 1) * 2, 1);
+        auto vb = TestValues(DataType::kInt32, r, 2 * r * 3, 2);
+        want_a.insert(want_a.end(), va.begin(), va.end());
+        want_b.insert(want_b.end(), vb.begin(), vb.end());
+      }
+      for (const OpPtr& p : {a, b, c}) {
+        const Status s = WaitFor(p);
+        ASSERT_TRUE(s.ok()) << p->name << ": " << s.ToString();
+      }
+      std::string why;
+      EXPECT_TRUE(AllClose(DataType::kFloat32, a->Result(), want_a, &why)) << why;
+      EXPECT_TRUE(AllClose(DataType::kInt32, b->Result(), want_b, &why)) << why;
+      EXPECT_TRUE(AllClose(DataType::kFloat64, c->Result(),
+                           TestValues(DataType::kFloat64, root, 4, 3), &why))
+          << why;
+    });
+    EXPECT_EQ(counters.unwaited_reads.load(), 0);
+  }
+}
+
+// The producer writes the input after the op was submitted; the executor must wait for the
+// ready event before it reads (as NCCL's stream waits for TF's event).
+TFRING_TEST(DevicePath, WaitsForTheProducersEvent) {
+  FakeDeviceMemory::Counters counters;
+  InprocJob job(2, TestOptions(), &counters);
+  job.OnEveryRank([&](int rank) {
+    FakeEvent event;
+    const std::vector<double> real = TestValues(DataType::kFloat32, rank, 8, 5);
+    OpPtr p = SubmitAllreduce(job.rank(rank), "late", DataType::kFloat32, {8},
+                              std::vector<double>(8, 1000.0), ReduceOp::kSum, {0, &event});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::vector<char> bytes = Encode(DataType::kFloat32, real);
+    std::copy(bytes.begin(), bytes.end(), p->input.begin());
+    event.ready.store(true, std::memory_order_release);
+    ExpectAllreduced(p, ReduceOp::kSum, 2, 5);
+  });
+}
+
+TFRING_TEST(DevicePath, HostOnOneRankGpuOnAnotherIsAMismatch) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    const int odd = size - 1;
+    job.OnEveryRank([&](int rank) {
+      const Placement where = rank == odd ? Placement{} : kOnGpu0;
+      OpPtr p = SubmitAllreduce(job.rank(rank), "where", DataType::kFloat32, {2},
+                                TestValues(DataType::kFloat32, rank, 2), ReduceOp::kSum, where);
+      ExpectFailure(p, StatusCode::kInvalidArgument,
+                    "Mismatched devices for tensor 'where': rank 0 sent GPU, rank " +
+                        std::to_string(odd) + " sent CPU");
+      // Host and GPU tensors with the same dtype and op are never fused together.
+      OpPtr host = SubmitAllreduce(job.rank(rank), "h", DataType::kFloat32, {3},
+                                   TestValues(DataType::kFloat32, rank, 3, 1), ReduceOp::kSum);
+      OpPtr gpu = SubmitAllreduce(job.rank(rank), "g", DataType::kFloat32, {3},
+                                  TestValues(DataType::kFloat32, rank, 3, 2), ReduceOp::kSum,
+                                  kOnGpu0);
+      ExpectAllreduced(host, ReduceOp::kSum, size, 1);
+      ExpectAllreduced(gpu, ReduceOp::kSum, size, 2);
+    });
+  }
+}
+
+TFRING_TEST(DevicePath, WithoutADeviceExecutorGpuTensorsFailClearly) {
+  InprocJob job(2, TestOptions());
+  job.OnEveryRank([&](int rank) {
+    OpPtr p = SubmitAllreduce(job.rank(rank), "nogpu", DataType::kFloat32, {2},
+                              TestValues(DataType::kFloat32, rank, 2), ReduceOp::kSum, kOnGpu0);
+    ExpectFailure(p, StatusCode::kFailedPrecondition,
+                  "tensor 'nogpu' is in GPU memory, but this tfring build has no GPU path");
+  });
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring

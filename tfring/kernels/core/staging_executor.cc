@@ -1,0 +1,81 @@
+#include "tfring/kernels/core/staging_executor.h"
+
+namespace tfring {
+
+StagingExecutor::StagingExecutor(std::unique_ptr<DeviceMemory> memory,
+                                 std::unique_ptr<GroupExecutor> host)
+    : memory_(std::move(memory)), host_(std::move(host)) {}
+
+Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged) {
+  const size_t n = group.size();
+  staged->entries.resize(n);
+  staged->buffers.resize(n);
+  staged->gathered.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Entry& e = *group[i];
+    Entry& twin = staged->entries[i];
+    twin.request = e.request;
+    twin.request.on_device = false;
+    std::vector<char>& buffer = staged->buffers[i];
+    buffer.resize(TensorBytes(e.request));
+    TFRING_RETURN_IF_ERROR(memory_->WaitForInput(e));
+    TFRING_RETURN_IF_ERROR(memory_->CopyToHost(buffer.data(), e.input, buffer.size(), e.device));
+    // Allreduce and broadcast work in place in the one host buffer; allgather's output
+    // is allocated once its shape is known.
+    twin.input = buffer.data();
+    twin.output = e.request.kind == CollectiveKind::kAllgather ? nullptr : buffer.data();
+    staged->pointers.push_back(&twin);
+  }
+  return Status::OK();
+}
+
+Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged& staged) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    const bool gathered = group[i]->request.kind == CollectiveKind::kAllgather;
+    const std::vector<char>& result = gathered ? staged.gathered[i] : staged.buffers[i];
+    TFRING_RETURN_IF_ERROR(memory_->CopyToDevice(group[i]->output, result.data(),
+                                                 static_cast<int64_t>(result.size()),
+                                                 group[i]->device));
+  }
+  return Status::OK();
+}
+
+Status StagingExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
+  Staged staged;
+  TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  TFRING_RETURN_IF_ERROR(host_->Allreduce(staged.pointers, r));
+  return StageOut(group, staged);
+}
+
+Status StagingExecutor::Allgather(const std::vector<Entry*>& group,
+                                  const std::vector<const Response*>& rs) {
+  Staged staged;
+  TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  for (size_t i = 0; i < group.size(); ++i) {
+    Entry* device_entry = group[i];
+    std::vector<char>* gathered = &staged.gathered[i];
+    // The host executor allocates each output once the gathered shape is known: allocate
+    // the GPU output then too, and gather into a host buffer of the same size.
+    staged.entries[i].allocate_output = [device_entry, gathered](const Shape& shape,
+                                                                 void** buffer) -> Status {
+      TFRING_RETURN_IF_ERROR(device_entry->allocate_output(shape, &device_entry->output));
+      Request gathered_request = device_entry->request;
+      gathered_request.shape = shape;
+      gathered->resize(TensorBytes(gathered_request));
+      *buffer = gathered->data();
+      return Status::OK();
+    };
+  }
+  TFRING_RETURN_IF_ERROR(host_->Allgather(staged.pointers, rs));
+  return StageOut(group, staged);
+}
+
+Status StagingExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
+  // Every rank stages its input; only the root's travels, the others' are overwritten.
+  Staged staged;
+  TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  TFRING_RETURN_IF_ERROR(host_->Broadcast(staged.pointers, r));
+  return StageOut(group, staged);
+}
+
+}  // namespace tfring
