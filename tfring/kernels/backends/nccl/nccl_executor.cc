@@ -1,0 +1,488 @@
+#include "tfring/kernels/backends/nccl/nccl_executor.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "tfring/kernels/backends/cuda/cuda_check.h"
+#include "tfring/kernels/backends/nccl/nccl_check.h"
+#include "tfring/kernels/common/elementwise.h"
+#include "tfring/kernels/common/half.h"
+#include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/gather_layout.h"
+
+#define TFRING_NCCL_LAUNCH(call, ...) \
+  TFRING_RETURN_IF_ERROR(Launched((call), #call, {__VA_ARGS__}))
+
+namespace tfring {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t NcclType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kBool: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return ncclSum;
+  }
+  return ncclSum;
+}
+
+// PreMulSum's scalar, in the reduction's own type.
+union Scalar {
+  float f32;
+  double f64;
+  uint16_t bits16;
+};
+
+Scalar ScalarOf(DataType dtype, double factor) {
+  Scalar s;
+  std::memset(&s, 0, sizeof(s));
+  switch (dtype) {
+    case DataType::kFloat16: s.bits16 = FloatToHalf(static_cast<float>(factor)); break;
+    case DataType::kBFloat16: s.bits16 = FloatToBFloat16(static_cast<float>(factor)); break;
+    case DataType::kFloat64: s.f64 = factor; break;
+    default: s.f32 = static_cast<float>(factor); break;
+  }
+  return s;
+}
+
+// Time spent spinning (yielding) on a completion before sleeping between polls: a small
+// collective finishes within it, and a long one does not notice 20 us sleeps.
+constexpr auto kSpin = std::chrono::microseconds(500);
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+
+}  // namespace
+
+NcclExecutor::NcclExecutor(const Options& options, const ProcessLayout& layout,
+                           std::unique_ptr<Backend> world, std::unique_ptr<Backend> local,
+                           std::unique_ptr<Backend> cross)
+    : options_(options),
+      layout_(layout),
+      world_host_(std::move(world)),
+      local_host_(std::move(local)),
+      cross_host_(std::move(cross)) {}
+
+NcclExecutor::~NcclExecutor() {
+  if (!ready_) return;
+  cudaSetDevice(device_);
+  if (broken_.ok()) {
+    // Every call completed before it returned, so nothing is in flight.
+    if (world_.comm) ncclCommDestroy(world_.comm);
+    if (local_.comm) ncclCommDestroy(local_.comm);
+  }
+  for (char* b : buffers_) {
+    if (b) cudaFree(b);
+  }
+  if (done_event_) cudaEventDestroy(done_event_);
+  if (producer_event_) cudaEventDestroy(producer_event_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status NcclExecutor::Fail(const Status& status) {
+  if (broken_.ok()) {
+    // A communicator in an unknown state cannot be used again, and waiting on it could
+    // hang: abort (ncclCommAbort does not wait for peers).
+    if (world_.comm) ncclCommAbort(world_.comm);
+    if (local_.comm) ncclCommAbort(local_.comm);
+    broken_ = Status(status.code(), status.message() +
+                                        ". The NCCL communicators were aborted; GPU collectives "
+                                        "fail from now on in this job (rank " +
+                                        std::to_string(layout_.rank) + ")");
+    TFRING_LOG(kError) << broken_.message();
+  }
+  return broken_;
+}
+
+Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
+                              const std::vector<const Comm*>& comms) {
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    return Fail(NcclStatus(rc, comms.empty() ? nullptr : comms[0]->comm, call, __FILE__, __LINE__));
+  }
+  // Non-blocking communicators: the call may still be in progress on the host side (only
+  // initialization takes long); the next call must wait for it.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(
+                                               options_.peer_timeout_seconds));
+  for (const Comm* c : comms) {
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(c->comm, &state);
+      if (q != ncclSuccess) return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) return Fail(NcclStatus(state, c->comm, call, __FILE__, __LINE__));
+      if (Clock::now() > deadline) {
+        return Fail(Status::DeadlineExceeded(
+            std::string(call) + " did not finish within TFRING_PEER_TIMEOUT_SECONDS=" +
+            std::to_string(options_.peer_timeout_seconds) +
+            " s: a peer rank is missing or stopped"));
+      }
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
+                              Comm* comm) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (rank == 0) {
+    const ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) return Fail(NcclStatus(rc, nullptr, "ncclGetUniqueId", __FILE__, __LINE__));
+  }
+  TFRING_RETURN_IF_ERROR(bootstrap->Broadcast(&id, sizeof(id), 0));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  comm->rank = rank;
+  comm->size = size;
+  const ncclResult_t rc = ncclCommInitRankConfig(&comm->comm, size, id, rank, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    comm->comm = nullptr;
+    return Fail(NcclStatus(rc, nullptr, "ncclCommInitRankConfig", __FILE__, __LINE__));
+  }
+  TFRING_RETURN_IF_ERROR(Launched(rc, "ncclCommInitRankConfig", {comm}));
+  TFRING_LOG(kDebug) << "NCCL " << what << " communicator ready: rank " << rank << " of " << size
+                     << " on GPU " << device_;
+  return Status::OK();
+}
+
+Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
+  if (!broken_.ok()) return broken_;
+  const int device = group[0]->device;
+  for (const Entry* e : group) {
+    if (e->device != device) {
+      return Status::InvalidArgument("tensors of one process are on GPUs " +
+                                     std::to_string(device) + " and " + std::to_string(e->device) +
+                                     " ('" + e->request.name + "'): tfring uses one GPU per "
+                                     "process; pin each rank to its GPU (local_rank)");
+    }
+  }
+  if (ready_) {
+    if (device != device_) {
+      return Status::InvalidArgument(
+          "tensor '" + group[0]->request.name + "' is on GPU " + std::to_string(device) +
+          ", but this process's NCCL communicator was created on GPU " + std::to_string(device_) +
+          ": tfring uses one GPU per process; pin each rank to its GPU (local_rank)");
+    }
+    TFRING_CUDA_CHECK(cudaSetDevice(device_));
+    return Status::OK();
+  }
+  device_ = device;
+  TFRING_CUDA_CHECK(cudaSetDevice(device_));
+  TFRING_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming));
+  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&producer_event_, cudaEventDisableTiming));
+  ready_ = true;  // the destructor frees what exists from here on
+  TFRING_RETURN_IF_ERROR(InitComm(world_host_.get(), layout_.rank, layout_.size, "world", &world_));
+  if (options_.hierarchical_allreduce) {
+    TFRING_RETURN_IF_ERROR(
+        InitComm(local_host_.get(), layout_.local_rank, layout_.local_size, "local", &local_));
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::WaitInputs(const std::vector<Entry*>& group) {
+  for (const Entry* e : group) {
+    if (e->ready_event != nullptr) {
+      TFRING_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e->ready_event), 0));
+    }
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::WaitForProducerStream(const Entry& e) {
+  if (e.stream == nullptr) return Status::OK();
+  TFRING_CUDA_CHECK(cudaEventRecord(producer_event_, static_cast<cudaStream_t>(e.stream)));
+  TFRING_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_event_, 0));
+  return Status::OK();
+}
+
+Status NcclExecutor::Complete(const std::string& what) {
+  TFRING_CUDA_CHECK(cudaEventRecord(done_event_, stream_));
+  const auto start = Clock::now();
+  const auto timeout = std::chrono::duration<double>(options_.peer_timeout_seconds);
+  while (true) {
+    const cudaError_t rc = cudaEventQuery(done_event_);
+    if (rc == cudaSuccess) return Status::OK();
+    if (rc != cudaErrorNotReady) return Fail(CudaStatus(rc, "cudaEventQuery", __FILE__, __LINE__));
+    for (const Comm* c : {&world_, &local_}) {
+      if (c->comm == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(c->comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return Fail(NcclStatus(async, c->comm, what.c_str(), __FILE__, __LINE__));
+      }
+    }
+    const auto waited = Clock::now() - start;
+    if (waited > timeout) {
+      return Fail(Status::Aborted(what + " did not complete within TFRING_PEER_TIMEOUT_SECONDS=" +
+                                  std::to_string(options_.peer_timeout_seconds) +
+                                  " s: a peer rank died or stopped in the middle of it"));
+    }
+    if (waited < kSpin) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+Status NcclExecutor::DeviceBuffer(int which, int64_t bytes, char** buffer) {
+  if (buffer_bytes_[which] < bytes) {
+    // Only ever grows; every earlier call has completed, so the old buffer is idle.
+    if (buffers_[which]) TFRING_CUDA_CHECK(cudaFree(buffers_[which]));
+    buffers_[which] = nullptr;
+    buffer_bytes_[which] = 0;
+    TFRING_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffers_[which]), bytes));
+    buffer_bytes_[which] = bytes;
+  }
+  *buffer = buffers_[which];
+  return Status::OK();
+}
+
+Status NcclExecutor::CopyAsync(void* dst, const void* src, int64_t bytes) {
+  if (bytes == 0 || dst == src) return Status::OK();
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return Status::OK();
+}
+
+Status NcclExecutor::ThroughHost(void* device_buffer, int64_t bytes, const std::string& why,
+                                 const std::function<Status(char* host)>& fn) {
+  if (bytes == 0) return Status::OK();
+  host_staging_.resize(bytes);
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(host_staging_.data(), device_buffer, bytes,
+                                    cudaMemcpyDeviceToHost, stream_));
+  TFRING_RETURN_IF_ERROR(Complete("copying a tensor to the host to " + why));
+  TFRING_RETURN_IF_ERROR(fn(host_staging_.data()));
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(device_buffer, host_staging_.data(), bytes,
+                                    cudaMemcpyHostToDevice, stream_));
+  // host_staging_ must outlive the copy: every later use of it follows a Complete().
+  return Status::OK();
+}
+
+Status NcclExecutor::PlanReduction(const Response& r, const Comm& comm, Reduction* plan) {
+  plan->op = NcclOp(r.reduce_op);
+  plan->host_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const bool additive = r.reduce_op == ReduceOp::kSum || r.reduce_op == ReduceOp::kAverage;
+  if (!IsFloatingPoint(r.dtype)) {
+    plan->floor_divide_on_host = r.reduce_op == ReduceOp::kAverage;
+    return Status::OK();
+  }
+  if (!additive) {
+    plan->prescale_on_host = r.prescale_factor;
+    plan->postscale_on_host = r.postscale_factor;
+    return Status::OK();
+  }
+  double factor = r.prescale_factor * r.postscale_factor;
+  if (r.reduce_op == ReduceOp::kAverage) factor /= layout_.size;
+  if (factor == 1.0) return Status::OK();
+  Scalar scalar = ScalarOf(r.dtype, factor);
+  TFRING_NCCL_LAUNCH(ncclRedOpCreatePreMulSum(&plan->op, &scalar, NcclType(r.dtype),
+                                              ncclScalarHostImmediate, comm.comm),
+                     &comm);
+  plan->premulsum = true;
+  return Status::OK();
+}
+
+Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, DataType dtype,
+                                  const Response& r) {
+  const ncclDataType_t type = NcclType(dtype);
+  const bool hierarchical = options_.hierarchical_allreduce;
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  const Comm& comm = hierarchical ? local_ : world_;
+  Reduction plan;
+  TFRING_RETURN_IF_ERROR(PlanReduction(r, comm, &plan));
+  if (plan.prescale_on_host != 1.0) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(out, in, bytes));
+    TFRING_RETURN_IF_ERROR(ThroughHost(out, bytes, "prescale it", [&](char* host) {
+      ScaleInPlace(dtype, plan.prescale_on_host, host, count);
+      return Status::OK();
+    }));
+    in = out;
+  }
+  Status s;
+  if (!hierarchical) {
+    s = Launched(ncclAllReduce(in, out, count, type, plan.op, world_.comm, stream_),
+                 "ncclAllReduce", {&world_});
+  } else {
+    // Reduce onto the host's first rank over NCCL, across hosts over MPI among the hosts'
+    // first ranks (the scale factor is applied once, in the first step), then broadcast
+    // inside each host over NCCL.
+    s = Launched(ncclReduce(in, out, count, type, plan.op, 0, local_.comm, stream_), "ncclReduce",
+                 {&local_});
+    if (s.ok() && layout_.local_rank == 0 && layout_.cross_size > 1) {
+      s = ThroughHost(out, bytes, "reduce it across hosts", [&](char* host) {
+        return cross_host_->Allreduce(host, host, count, dtype, plan.host_op);
+      });
+    }
+    if (s.ok()) {
+      s = Launched(ncclBroadcast(out, out, bytes, ncclUint8, 0, local_.comm, stream_),
+                   "ncclBroadcast", {&local_});
+    }
+  }
+  // An operator may be destroyed as soon as the call that uses it has returned.
+  if (plan.premulsum) ncclRedOpDestroy(plan.op, comm.comm);
+  TFRING_RETURN_IF_ERROR(s);
+  if (plan.floor_divide_on_host || plan.postscale_on_host != 1.0) {
+    TFRING_RETURN_IF_ERROR(ThroughHost(out, bytes, "average or postscale it", [&](char* host) {
+      if (plan.floor_divide_on_host) FloorDivideInPlace(dtype, layout_.size, host, count);
+      if (plan.postscale_on_host != 1.0) ScaleInPlace(dtype, plan.postscale_on_host, host, count);
+      return Status::OK();
+    }));
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
+  TFRING_RETURN_IF_ERROR(EnsureReady(group));
+  TFRING_RETURN_IF_ERROR(WaitInputs(group));
+  const size_t esize = DataTypeSize(r.dtype);
+  if (group.size() == 1) {
+    Entry& e = *group[0];
+    const int64_t count = NumElements(e.request.shape);
+    if (count > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(e.input, e.output, count, r.dtype, r));
+    return Complete(std::string("NCCL allreduce of '") + e.request.name + "'");
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += NumElements(e->request.shape);
+  char* buffer;
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total * esize, &buffer));
+  int64_t offset = 0;
+  for (Entry* e : group) {
+    const int64_t bytes = NumElements(e->request.shape) * esize;
+    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + offset, e->input, bytes));
+    offset += bytes;
+  }
+  if (total > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(buffer, buffer, total, r.dtype, r));
+  offset = 0;
+  for (Entry* e : group) {
+    const int64_t bytes = NumElements(e->request.shape) * esize;
+    TFRING_RETURN_IF_ERROR(CopyAsync(e->output, buffer + offset, bytes));
+    offset += bytes;
+  }
+  return Complete("NCCL allreduce of " + std::to_string(group.size()) + " fused tensors, first '" +
+                  r.name + "'");
+}
+
+Status NcclExecutor::GatherV(const void* in, void* out,
+                             const std::vector<int64_t>& bytes_per_rank) {
+  bool even = true;
+  for (int64_t b : bytes_per_rank) even = even && b == bytes_per_rank[0];
+  if (even) {
+    if (bytes_per_rank[0] == 0) return Status::OK();
+    return Launched(ncclAllGather(in, out, bytes_per_rank[0], ncclUint8, world_.comm, stream_),
+                    "ncclAllGather", {&world_});
+  }
+  // Uneven: each rank broadcasts its block into its place, all in one NCCL group.
+  const ncclResult_t start = ncclGroupStart();
+  if (start != ncclSuccess) return Fail(NcclStatus(start, nullptr, "ncclGroupStart", __FILE__, __LINE__));
+  int64_t offset = 0;
+  ncclResult_t rc = ncclSuccess;
+  for (int r = 0; r < layout_.size && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
+    char* place = static_cast<char*>(out) + offset;
+    rc = ncclBroadcast(r == layout_.rank ? in : place, place, bytes_per_rank[r], ncclUint8, r,
+                       world_.comm, stream_);
+    offset += bytes_per_rank[r];
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  TFRING_RETURN_IF_ERROR(Launched(rc, "ncclBroadcast", {&world_}));
+  return Launched(end, "ncclGroupEnd", {&world_});
+}
+
+Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
+                               const std::vector<const Response*>& rs) {
+  TFRING_RETURN_IF_ERROR(EnsureReady(group));
+  TFRING_RETURN_IF_ERROR(WaitInputs(group));
+  for (size_t i = 0; i < group.size(); ++i) {
+    Entry& e = *group[i];
+    TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
+    // The framework may hand out memory that work still queued on its stream was using.
+    TFRING_RETURN_IF_ERROR(WaitForProducerStream(e));
+  }
+  const GatherLayout layout = PlanGather(group, rs, layout_.size);
+  const std::string what = "NCCL allgather of '" + rs[0]->name + "'" +
+                           (group.size() > 1 ? " and " + std::to_string(group.size() - 1) +
+                                                   " fused tensors"
+                                             : "");
+  if (group.size() == 1) {
+    TFRING_RETURN_IF_ERROR(GatherV(group[0]->input, group[0]->output, layout.bytes_per_rank));
+    return Complete(what);
+  }
+  char *send, *recv;
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.bytes_per_rank[layout_.rank], &send));
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(1, layout.total_bytes, &recv));
+  int64_t offset = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int64_t n = rs[i]->first_dims[layout_.rank] * RowBytes(group[i]->request);
+    TFRING_RETURN_IF_ERROR(CopyAsync(send + offset, group[i]->input, n));
+    offset += n;
+  }
+  TFRING_RETURN_IF_ERROR(GatherV(send, recv, layout.bytes_per_rank));
+  for (const GatherPiece& p : layout.pieces) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(static_cast<char*>(group[p.tensor]->output) + p.to_offset,
+                                     recv + p.from_offset, p.bytes));
+  }
+  return Complete(what);
+}
+
+Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
+  TFRING_RETURN_IF_ERROR(EnsureReady(group));
+  TFRING_RETURN_IF_ERROR(WaitInputs(group));
+  const bool is_root = layout_.rank == r.root_rank;
+  if (group.size() == 1) {
+    Entry& e = *group[0];
+    const int64_t bytes = TensorBytes(e.request);
+    if (bytes > 0) {
+      TFRING_NCCL_LAUNCH(ncclBroadcast(e.input, e.output, bytes, ncclUint8, r.root_rank,
+                                       world_.comm, stream_),
+                         &world_);
+    }
+    return Complete("NCCL broadcast of '" + e.request.name + "'");
+  }
+  int64_t total = 0;
+  for (Entry* e : group) total += TensorBytes(e->request);
+  char* buffer;
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total, &buffer));
+  int64_t offset = 0;
+  if (is_root) {
+    for (Entry* e : group) {
+      TFRING_RETURN_IF_ERROR(CopyAsync(buffer + offset, e->input, TensorBytes(e->request)));
+      offset += TensorBytes(e->request);
+    }
+  }
+  if (total > 0) {
+    TFRING_NCCL_LAUNCH(
+        ncclBroadcast(buffer, buffer, total, ncclUint8, r.root_rank, world_.comm, stream_),
+        &world_);
+  }
+  offset = 0;
+  for (Entry* e : group) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(e->output, buffer + offset, TensorBytes(e->request)));
+    offset += TensorBytes(e->request);
+  }
+  return Complete("NCCL broadcast of " + std::to_string(group.size()) + " fused tensors, first '" +
+                  r.name + "'");
+}
+
+}  // namespace tfring

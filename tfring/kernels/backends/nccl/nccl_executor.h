@@ -1,0 +1,103 @@
+// NcclExecutor: fusion groups of GPU tensors through NCCL, on device buffers.
+//
+// Ordering with the framework (DESIGN.md): before it reads a group, the executor's stream
+// waits for each entry's ready event (recorded by the op on its producer's stream); a call
+// returns only once its work on the executor's stream has completed, so when the coordinator
+// then completes the ops, every consumer (on any stream) sees finished results. It polls an
+// event for that (never a device-wide synchronize), checking NCCL's asynchronous errors while
+// it waits: a NCCL error, or a collective that has not finished after
+// TFRING_PEER_TIMEOUT_SECONDS (a peer died mid-collective), aborts the communicators and
+// fails this and every later GPU op with the reason, instead of hanging.
+//
+// Communicators are created on the first GPU tensor, once: one over all ranks, and with
+// TFRING_HIERARCHICAL_ALLREDUCE=1 one over this host's ranks. Rank 0 (the host's first rank)
+// makes the unique id, and the id travels through MPI. Non-blocking NCCL communicators, so
+// that initialization too can time out.
+//
+// Allreduce: Average and the scale factors of floating-point tensors are folded into the
+// reduction (NCCL's PreMulSum op, one factor pre*post/size), so the common case is one NCCL
+// call and no extra pass over the data. The rare rest (prescale with Min/Max/Product, an
+// integer Average's floor division) round-trips through host memory: correct, not fast.
+// Allgather with uneven first dimensions is one broadcast per rank, in one NCCL group.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/common/options.h"
+#include "tfring/kernels/core/group_executor.h"
+
+namespace tfring {
+
+class NcclExecutor : public GroupExecutor {
+ public:
+  // `world`, `local` (this host's ranks) and `cross` (the ranks sharing this local rank):
+  // host backends, used to share NCCL's unique ids and, for hierarchical allreduce, for
+  // the step across hosts. Nothing touches CUDA until the first GPU tensor arrives.
+  NcclExecutor(const Options& options, const ProcessLayout& layout, std::unique_ptr<Backend> world,
+               std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross);
+  ~NcclExecutor() override;
+
+  const char* name() const override { return "NCCL"; }
+  Status Allreduce(const std::vector<Entry*>& group, const Response& r) override;
+  Status Allgather(const std::vector<Entry*>& group,
+                   const std::vector<const Response*>& rs) override;
+  Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+
+ private:
+  struct Comm {
+    ncclComm_t comm = nullptr;
+    int rank = 0, size = 1;
+  };
+  // How an allreduce maps onto NCCL (see the header comment).
+  struct Reduction {
+    ncclRedOp_t op = ncclSum;
+    bool premulsum = false;       // op was created by ncclRedOpCreatePreMulSum
+    ReduceOp host_op = ReduceOp::kSum;  // the same reduction, for MPI across hosts
+    double prescale_on_host = 1.0;
+    double postscale_on_host = 1.0;
+    bool floor_divide_on_host = false;
+  };
+
+  Status EnsureReady(const std::vector<Entry*>& group);
+  Status InitComm(Backend* bootstrap, int rank, int size, const char* what, Comm* comm);
+  // Waits while a non-blocking communicator finishes the call that returned `rc`.
+  Status Launched(ncclResult_t rc, const char* call, const std::vector<const Comm*>& comms);
+  Status WaitInputs(const std::vector<Entry*>& group);
+  Status WaitForProducerStream(const Entry& e);
+  // Waits until everything queued on the executor's stream has finished.
+  Status Complete(const std::string& what);
+  Status Fail(const Status& status);
+  Status DeviceBuffer(int which, int64_t bytes, char** buffer);
+  Status CopyAsync(void* dst, const void* src, int64_t bytes);
+  Status PlanReduction(const Response& r, const Comm& comm, Reduction* plan);
+  // Copies `bytes` of device memory to the host (after the work queued so far), runs `fn`
+  // on them there, and queues the copy back. The slow path for what NCCL cannot do.
+  Status ThroughHost(void* device_buffer, int64_t bytes, const std::string& why,
+                     const std::function<Status(char* host)>& fn);
+  Status ReduceBuffer(const void* in, void* out, int64_t count, DataType dtype, const Response& r);
+  Status GatherV(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank);
+
+  const Options options_;
+  const ProcessLayout layout_;
+  std::unique_ptr<Backend> world_host_, local_host_, cross_host_;
+  bool ready_ = false;
+  Status broken_;  // set once a communicator is aborted: every later call fails with it
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_event_ = nullptr;
+  cudaEvent_t producer_event_ = nullptr;
+  Comm world_, local_;
+  char* buffers_[2] = {nullptr, nullptr};
+  int64_t buffer_bytes_[2] = {0, 0};
+  std::vector<char> host_staging_;
+};
+
+}  // namespace tfring
