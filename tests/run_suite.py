@@ -1,6 +1,7 @@
 """Runs the whole test suite, stage by stage, and ends with one line: `suite: N passed, N failed`.
 
-Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks), unit tests (one
+Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks; NCCL at one rank
+per GPU, skipped with the reason where there is none), unit tests (one
 process), parallel tests under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under
 mpirun with TF_USE_LEGACY_KERAS=1, failure scenarios, the examples (each run under mpirun as
 a user would). Every stage has a timeout, and the parallel stages fail a collective that
@@ -19,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, "build", "test-logs")
 BIN = os.path.dirname(sys.executable)
 MPIRUN = [os.path.join(BIN, "mpirun"), "--oversubscribe"]
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q"]
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q", "-rs"]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 
@@ -62,9 +63,21 @@ def stage(name, cmd, timeout, rank0_prefix=None, env=None):
     status = "ok" if rc == 0 else f"FAILED (exit {rc})"
     print(f"[suite] {name}: {passed} passed, {failed} failed, {time.time() - start:.0f} s, "
           f"{status}  (log: {os.path.relpath(log, ROOT)})", flush=True)
+    for line in out.splitlines():  # say what was skipped, and why
+        if "SKIPPED" in line and (not rank0_prefix or line.startswith(rank0_prefix)):
+            print(f"[suite]   {line.strip()}", flush=True)
     if rc != 0:
         print("\n".join(out.splitlines()[-60:]), flush=True)
     return passed, failed
+
+
+def visible_gpus():
+    """NVIDIA GPUs nvidia-smi lists (0 without the tool or a driver)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def main():
@@ -72,7 +85,11 @@ def main():
     native = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
     for binary in native:
         name = os.path.basename(binary)
-        if "mpi" in name:
+        if "nccl" in name:
+            # One rank per GPU; it skips (saying why) where no GPU is visible.
+            n = str(max(1, visible_gpus()))
+            stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300))
+        elif "mpi" in name:
             for n in (2, 3):
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
         else:

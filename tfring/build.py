@@ -39,6 +39,7 @@ GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
 INPROC_DIR = "backends/inproc"
+NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # GPU builds only (NCCL benchmarks)
 # Native test sources that need CUDA and NCCL: built in GPU builds only.
 GPU_TEST_MARKERS = ("nccl", "cuda")
 
@@ -189,7 +190,7 @@ def tensorflow_flags():
 
 
 def sources(subdir):
-    folder = os.path.join(KERNELS, subdir)
+    folder = subdir if os.path.isabs(subdir) else os.path.join(KERNELS, subdir)
     return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".cc"))
 
 
@@ -292,6 +293,8 @@ def build(with_tests=False, native_only=False):
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]
         jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
+        if gpu:
+            jobs += [(mpicxx, runtime_flags, s) for s in sources(NATIVE_BENCH_DIR)]
     objects, rebuilt = compile_all(jobs)
     by_source = {j[2]: o for j, o in zip(jobs, objects)}
     runtime_objs = [by_source[s] for d in runtime_dirs for s in sources(d)]
@@ -299,6 +302,8 @@ def build(with_tests=False, native_only=False):
     gpu_link = gpu.link_flags() if gpu else []
     if with_tests:
         build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu), gpu_link)
+        if gpu:
+            build_native_benches(mpicxx, by_source, runtime_objs, gpu_link)
     nccl_note = (f"NCCL {gpu.nccl_version()}: built" if gpu else f"NCCL: not built, {gpu_reason}")
     if native_only:
         print(f"tfring: built the native tests in {os.path.relpath(BUILD_DIR, ROOT)}/tests "
@@ -324,6 +329,14 @@ def build(with_tests=False, native_only=False):
     print(f"tfring: built {os.path.relpath(LIBRARY, ROOT)} for TensorFlow {tf_version} with "
           f"{info['mpi_version']} ({nccl_note}) in {time.time() - start:.1f} s, "
           f"{rebuilt} of {len(objects)} files compiled")
+
+
+def build_native_benches(mpicxx, by_source, runtime_objs, gpu_link):
+    """bench/native/*.cc (GPU builds): each a binary over the runtime, in build/bench/."""
+    core = [o for o in runtime_objs if "/runtime/" not in o]
+    for source in sources(NATIVE_BENCH_DIR):
+        out = os.path.join(BUILD_DIR, "bench", os.path.basename(source)[:-3])
+        link(mpicxx, core + [by_source[source]], out, ["-pthread"] + gpu_link)
 
 
 def build_native_tests(mpicxx, by_source, runtime_objs, test_files, gpu_link):

@@ -93,6 +93,15 @@ int RunAllTests(int argc, char** argv) {
   Environment default_env;
   Environment* env = TheEnvironment() ? TheEnvironment() : &default_env;
   env->SetUp();
+  const std::string skip = env->SkipReason();
+  if (!skip.empty()) {
+    int count = 0;
+    for (const Test& t : Registry()) count += filter.empty() || t.name.find(filter) != std::string::npos;
+    if (env->verbose()) std::printf("SKIPPED: %s\n0 passed, 0 failed, %d skipped\n", skip.c_str(), count);
+    std::fflush(stdout);
+    env->TearDown();
+    return 0;
+  }
   std::thread(Watchdog).detach();
   int passed = 0, failed = 0;
   for (const Test& t : Registry()) {

@@ -36,6 +36,9 @@ class Environment {
   // Called once per test by every process, in the same order; returns whether the test
   // failed in any process (an MPI environment combines the verdicts across ranks).
   virtual bool FailedAnywhere(bool failed_here) { return failed_here; }
+  // Non-empty after SetUp: this machine cannot run these tests (no GPU, say). The harness
+  // then prints "SKIPPED: <reason>" and "0 passed, 0 failed, N skipped", and exits 0.
+  virtual std::string SkipReason() const { return ""; }
 };
 
 using TestFn = void (*)();

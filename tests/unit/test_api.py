@@ -57,7 +57,14 @@ def test_build_info_records_versions_and_features():
     info = tfring.build_info()
     assert info["tensorflow"] == tf.__version__
     assert info["mpi"] is True and tfring.mpi_built()
-    assert tfring.nccl_built() is False
+    # The compiled library and its build record agree on the GPU path; CI installs the gpu
+    # extra (Makefile), so there it is built, without a GPU.
+    assert tfring.nccl_built() == bool(_library.capi().tfring_nccl_built())
+    if tfring.nccl_built():
+        assert info["nccl_version"].count(".") == 2
+        assert os.path.exists(info["nccl_library"]) and os.path.exists(info["cuda_runtime_library"])
+    else:
+        assert info["nccl_not_built_because"]
     assert "Open MPI" in info["mpi_version"] or info["mpi_version"]
 
 

@@ -1,0 +1,372 @@
+// The runtime's GPU path over real NCCL and raw device buffers: no TensorFlow needed, so it
+// runs on a GPU machine that has only CUDA, NCCL and MPI. One rank per GPU:
+//
+//   mpirun -np <GPUs> build/tests/test_nccl_runtime
+//
+// A single GPU (np 1) still runs every code path: fusion, scaling, uneven allgather, the
+// hierarchical allreduce, errors. Each input is written on a "producer" stream, as
+// TensorFlow's kernels would write it, and handed over with an event, so the tests also check
+// that the executor waits for producers. Without a usable GPU every test is skipped, with
+// the reason (CI has no GPU; the suite reports the skip).
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/test_harness.h"
+#include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/mpi/mpi_backend.h"
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+constexpr DataType kAllDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                                   DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                                   DataType::kFloat32, DataType::kFloat64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                ReduceOp::kMax, ReduceOp::kProduct};
+
+ProcessLayout g_layout;
+int g_device = -1;
+cudaStream_t g_producer = nullptr;
+std::string g_skip;
+
+void Die(const Status& s) {
+  std::fprintf(stderr, "test_nccl_runtime: setup failed: %s\n", s.ToString().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+std::unique_ptr<MpiBackend> MpiBackendOver(Status (*make)(MPI_Comm*)) {
+  MPI_Comm comm;
+  Status s = make(&comm);
+  if (!s.ok()) Die(s);
+  auto b = std::make_unique<MpiBackend>(comm);
+  if (!(s = b->Init()).ok()) Die(s);
+  return b;
+}
+
+// A coordinator as runtime/global_runtime.cc builds it, with the NCCL executor.
+std::unique_ptr<Coordinator> NewCoordinator(Options options) {
+  options.stall_check_time_seconds = 0;
+  MPI_Comm control;
+  Status s = MpiContext::DupWorld(&control);
+  if (!s.ok()) Die(s);
+  auto executor = std::make_unique<NcclExecutor>(
+      options, g_layout, MpiBackendOver(&MpiContext::DupWorld), MpiBackendOver(&MpiContext::SplitLocal),
+      MpiBackendOver(&MpiContext::SplitCross));
+  auto c = std::make_unique<Coordinator>(
+      options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
+      MpiBackendOver(&MpiContext::DupWorld), std::move(executor));
+  c->Start();
+  return c;
+}
+
+std::unique_ptr<Coordinator> g_flat, g_hierarchical;
+
+class NcclEnvironment : public Environment {
+ public:
+  void SetUp() override {
+    Status s = MpiContext::Initialize(&g_layout);
+    if (!s.ok()) Die(s);
+    SetLogRank(g_layout.rank);
+    std::string skip = CudaUnavailableReason();
+    int count = 0;
+    if (skip.empty() && cudaGetDeviceCount(&count) == cudaSuccess &&
+        count < g_layout.local_size) {
+      skip = std::to_string(g_layout.local_size) + " ranks on this host but only " +
+             std::to_string(count) + " GPU(s); NCCL needs one GPU per rank";
+    }
+    // Every rank skips if any rank must.
+    int mine = skip.empty() ? 0 : 1, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+      g_skip = skip.empty() ? "another rank has no usable GPU" : skip;
+      return;
+    }
+    g_device = g_layout.local_rank;
+    if (cudaSetDevice(g_device) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&g_producer, cudaStreamNonBlocking) != cudaSuccess) {
+      Die(Status::Internal("cannot use GPU " + std::to_string(g_device)));
+    }
+    Options flat;
+    flat.peer_timeout_seconds = 20;
+    g_flat = NewCoordinator(flat);
+    Options hierarchical = flat;
+    hierarchical.hierarchical_allreduce = true;
+    g_hierarchical = NewCoordinator(hierarchical);
+  }
+
+  void TearDown() override {
+    if (g_flat) g_flat->Shutdown();
+    if (g_hierarchical) g_hierarchical->Shutdown();
+    g_flat.reset();
+    g_hierarchical.reset();
+    MpiContext::Finalize();
+  }
+
+  std::string SkipReason() const override { return g_skip; }
+  bool verbose() const override { return g_layout.rank == 0; }
+  bool FailedAnywhere(bool failed_here) override {
+    int mine = failed_here ? 1 : 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any != 0;
+  }
+};
+TFRING_TEST_ENVIRONMENT(NcclEnvironment);
+
+int Rank() { return g_layout.rank; }
+int Size() { return g_layout.size; }
+
+struct GpuRequest {
+  CollectiveKind kind = CollectiveKind::kAllreduce;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  double prescale = 1.0, postscale = 1.0;
+};
+
+void* DeviceAlloc(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) {
+    Die(Status::Internal("cudaMalloc of " + std::to_string(bytes) + " bytes failed"));
+  }
+  return p;
+}
+
+// Submits one collective on device buffers. The input is written on the producer stream
+// and handed over with an event; when the op is done, its device output is copied into
+// op->output, so the helpers of collective_util.h check it like a host op's.
+OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
+                  const std::vector<double>& values, GpuRequest how) {
+  auto op = std::make_shared<Op>();
+  op->name = name;
+  op->dtype = dtype;
+  op->input = Encode(dtype, values);
+  op->output_shape = shape;
+  const int64_t bytes = static_cast<int64_t>(op->input.size());
+  void* in = DeviceAlloc(bytes);
+  cudaMemcpyAsync(in, op->input.data(), bytes, cudaMemcpyHostToDevice, g_producer);
+  cudaEvent_t ready;
+  cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+  cudaEventRecord(ready, g_producer);
+  auto out = std::make_shared<void*>(how.kind == CollectiveKind::kAllgather ? nullptr
+                                                                           : DeviceAlloc(bytes));
+  Entry e;
+  e.request.name = name;
+  e.request.kind = how.kind;
+  e.request.dtype = dtype;
+  e.request.shape = shape;
+  e.request.reduce_op = how.op;
+  e.request.root_rank = how.root;
+  e.request.prescale_factor = how.prescale;
+  e.request.postscale_factor = how.postscale;
+  e.request.on_device = true;
+  e.device = g_device;
+  e.ready_event = ready;
+  e.stream = g_producer;
+  e.input = in;
+  e.output = *out;
+  Op* raw = op.get();
+  e.allocate_output = [raw, dtype, out](const Shape& s, void** buffer) {
+    raw->output_shape = s;
+    *out = DeviceAlloc(NumElements(s) * DataTypeSize(dtype));
+    *buffer = *out;
+    return Status::OK();
+  };
+  e.done = [op, in, out, ready](const Status& s) {
+    if (s.ok()) {
+      op->output.resize(NumElements(op->output_shape) * DataTypeSize(op->dtype));
+      cudaMemcpy(op->output.data(), *out, op->output.size(), cudaMemcpyDeviceToHost);
+    }
+    cudaFree(in);
+    if (*out) cudaFree(*out);
+    cudaEventDestroy(ready);
+    op->promise.set_value(s);
+  };
+  c->Enqueue(std::move(e));
+  return op;
+}
+
+TFRING_TEST(NcclRuntime, AllreduceEveryDtypeAndOp) {
+  int salt = 0;
+  for (DataType dtype : kAllDtypes) {
+    for (ReduceOp op : kAllOps) {
+      const std::string name = std::string("ar/") + DataTypeName(dtype) + "/" + ReduceOpName(op);
+      OpPtr p = SubmitOnGpu(g_flat.get(), name, dtype, {5, 3},
+                            TestValues(dtype, Rank(), 15, salt), {CollectiveKind::kAllreduce, op});
+      ExpectAllreduced(p, op, Size(), salt);
+      ++salt;
+    }
+  }
+}
+
+TFRING_TEST(NcclRuntime, ScaleFactorsFoldedAndOnTheHostPath) {
+  const std::vector<double> mine = TestValues(DataType::kFloat32, Rank(), 6, 1);
+  // Sum with factors: one PreMulSum; Min with a negative prescale: the host round trip.
+  GpuRequest sum{CollectiveKind::kAllreduce, ReduceOp::kSum, 0, 2.0, 0.25};
+  GpuRequest min{CollectiveKind::kAllreduce, ReduceOp::kMin, 0, -1.0, 3.0};
+  OpPtr a = SubmitOnGpu(g_flat.get(), "scaled/sum", DataType::kFloat32, {6}, mine, sum);
+  OpPtr b = SubmitOnGpu(g_flat.get(), "scaled/min", DataType::kFloat64, {6},
+                        TestValues(DataType::kFloat64, Rank(), 6, 1), min);
+  for (const OpPtr& p : {a, b}) {
+    const Status s = WaitFor(p);
+    ASSERT_TRUE(s.ok()) << p->name << ": " << s.ToString();
+  }
+  std::vector<double> want_sum(6, 0.0), want_min(6, 1e300);
+  for (int r = 0; r < Size(); ++r) {
+    const auto v = TestValues(DataType::kFloat32, r, 6, 1);
+    for (int i = 0; i < 6; ++i) {
+      want_sum[i] += 2.0 * v[i] * 0.25;
+      want_min[i] = std::min(want_min[i], -1.0 * v[i]);
+    }
+  }
+  for (double& x : want_min) x *= 3.0;
+  std::string why;
+  EXPECT_TRUE(AllClose(DataType::kFloat32, a->Result(), want_sum, &why)) << why;
+  EXPECT_TRUE(AllClose(DataType::kFloat64, b->Result(), want_min, &why)) << why;
+}
+
+TFRING_TEST(NcclRuntime, FusedSmallTensorsAndALargeOne) {
+  std::vector<OpPtr> ops;
+  for (int i = 0; i < 8; ++i) {
+    ops.push_back(SubmitOnGpu(g_flat.get(), "fused/" + std::to_string(i), DataType::kFloat32,
+                              {i + 1, 3}, TestValues(DataType::kFloat32, Rank(), (i + 1) * 3, i),
+                              {CollectiveKind::kAllreduce, ReduceOp::kAverage}));
+  }
+  const int64_t n = 16 << 20;  // 64 MiB of float32: alone, input to output
+  OpPtr large = SubmitOnGpu(g_flat.get(), "large", DataType::kFloat32, {n},
+                            TestValues(DataType::kFloat32, Rank(), n, 9),
+                            {CollectiveKind::kAllreduce, ReduceOp::kSum});
+  for (int i = 0; i < 8; ++i) ExpectAllreduced(ops[i], ReduceOp::kAverage, Size(), i);
+  ExpectAllreduced(large, ReduceOp::kSum, Size(), 9);
+}
+
+TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) {
+  const int r = Rank();
+  GpuRequest gather{CollectiveKind::kAllgather};
+  OpPtr a = SubmitOnGpu(g_flat.get(), "ag/a", DataType::kFloat64, {r + 1, 2},
+                        TestValues(DataType::kFloat64, r, (r + 1) * 2, 1), gather);
+  OpPtr b = SubmitOnGpu(g_flat.get(), "ag/b", DataType::kInt8, {2 * r + 1, 3},
+                        TestValues(DataType::kInt8, r, (2 * r + 1) * 3, 2), gather);
+  std::vector<double> want_a, want_b;
+  for (int q = 0; q < Size(); ++q) {
+    auto va = TestValues(DataType::kFloat64, q, (q + 1) * 2, 1);
+    auto vb = TestValues(DataType::kInt8, q, (2 * q + 1) * 3, 2);
+    want_a.insert(want_a.end(), va.begin(), va.end());
+    want_b.insert(want_b.end(), vb.begin(), vb.end());
+  }
+  for (const OpPtr& p : {a, b}) {
+    const Status s = WaitFor(p);
+    ASSERT_TRUE(s.ok()) << p->name << ": " << s.ToString();
+  }
+  std::string why;
+  EXPECT_TRUE(AllClose(DataType::kFloat64, a->Result(), want_a, &why)) << why;
+  EXPECT_TRUE(AllClose(DataType::kInt8, b->Result(), want_b, &why)) << why;
+  // Even sizes take ncclAllGather itself.
+  OpPtr even = SubmitOnGpu(g_flat.get(), "ag/even", DataType::kInt32, {4},
+                           TestValues(DataType::kInt32, r, 4, 3), gather);
+  std::vector<double> want_even;
+  for (int q = 0; q < Size(); ++q) {
+    auto v = TestValues(DataType::kInt32, q, 4, 3);
+    want_even.insert(want_even.end(), v.begin(), v.end());
+  }
+  ASSERT_TRUE(WaitFor(even).ok());
+  EXPECT_TRUE(AllClose(DataType::kInt32, even->Result(), want_even, &why)) << why;
+}
+
+TFRING_TEST(NcclRuntime, BroadcastAloneAndFused) {
+  const int root = Size() - 1;
+  GpuRequest bcast{CollectiveKind::kBroadcast, ReduceOp::kSum, root};
+  std::vector<OpPtr> ops;
+  ops.push_back(SubmitOnGpu(g_flat.get(), "bc/alone", DataType::kFloat32, {1000},
+                            TestValues(DataType::kFloat32, Rank(), 1000, 0), bcast));
+  ASSERT_TRUE(WaitFor(ops[0]).ok());
+  for (int i = 1; i <= 3; ++i) {
+    ops.push_back(SubmitOnGpu(g_flat.get(), "bc/" + std::to_string(i), DataType::kBFloat16,
+                              {i, 2}, TestValues(DataType::kBFloat16, Rank(), i * 2, i), bcast));
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Status s = WaitFor(ops[i]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const DataType dt = i == 0 ? DataType::kFloat32 : DataType::kBFloat16;
+    const int64_t n = i == 0 ? 1000 : static_cast<int64_t>(i) * 2;
+    std::string why;
+    EXPECT_TRUE(AllClose(dt, ops[i]->Result(), TestValues(dt, root, n, static_cast<int>(i)), &why))
+        << ops[i]->name << ": " << why;
+  }
+}
+
+TFRING_TEST(NcclRuntime, HierarchicalAllreduceMatchesFlat) {
+  int salt = 20;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+    for (ReduceOp op : kAllOps) {
+      std::vector<OpPtr> ops;  // one alone, and a fused pair
+      for (int i = 0; i < 3; ++i) {
+        const std::string name = std::string("hier/") + DataTypeName(dtype) + "/" +
+                                 ReduceOpName(op) + "/" + std::to_string(i);
+        ops.push_back(SubmitOnGpu(g_hierarchical.get(), name, dtype, {7},
+                                  TestValues(dtype, Rank(), 7, salt + i),
+                                  {CollectiveKind::kAllreduce, op}));
+        if (i == 0) {
+          ASSERT_TRUE(WaitFor(ops[0]).ok());
+        }
+      }
+      for (int i = 0; i < 3; ++i) ExpectAllreduced(ops[i], op, Size(), salt + i);
+      salt += 3;
+    }
+  }
+}
+
+// Last: the failure aborts this coordinator's communicators for good.
+TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
+  Options options;
+  options.peer_timeout_seconds = 5;
+  std::unique_ptr<Coordinator> c = NewCoordinator(options);
+  // Rank 0 passes host memory as a device buffer: NCCL rejects it on rank 0, and the other
+  // ranks time out waiting for it.
+  OpPtr warmup = SubmitOnGpu(c.get(), "warmup", DataType::kFloat32, {4},
+                             TestValues(DataType::kFloat32, Rank(), 4), {});
+  ASSERT_TRUE(WaitFor(warmup).ok());
+  std::vector<float> host(1024, 1.0f);
+  auto done = std::make_shared<std::promise<Status>>();
+  auto status = done->get_future();
+  void* device_out = DeviceAlloc(host.size() * sizeof(float));
+  void* device_in = DeviceAlloc(host.size() * sizeof(float));
+  Entry e;
+  e.request.name = "bad";
+  e.request.shape = {static_cast<int64_t>(host.size())};
+  e.request.on_device = true;
+  e.device = g_device;
+  e.input = Rank() == 0 ? static_cast<void*>(host.data()) : device_in;
+  e.output = Rank() == 0 ? static_cast<void*>(host.data()) : device_out;
+  e.done = [done](const Status& s) { done->set_value(s); };
+  c->Enqueue(std::move(e));
+  ASSERT_TRUE(status.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  const Status s = status.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_CONTAINS(s.message(), "GPU collectives fail from now on");
+  if (Rank() == 0) {
+    EXPECT_CONTAINS(s.message(), "ncclAllReduce");
+  }
+  // Later GPU ops fail at once with the same reason instead of hanging.
+  OpPtr after = SubmitOnGpu(c.get(), "after", DataType::kFloat32, {4},
+                            TestValues(DataType::kFloat32, Rank(), 4), {});
+  const Status later = WaitFor(after);
+  EXPECT_FALSE(later.ok());
+  EXPECT_CONTAINS(later.message(), "GPU collectives fail from now on");
+  c->Shutdown();
+  cudaFree(device_in);
+  cudaFree(device_out);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring
