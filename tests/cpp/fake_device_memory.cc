@@ -24,6 +24,12 @@ Status FakeDeviceMemory::WaitForInput(const Entry& e) {
   return Status::OK();
 }
 
+Status FakeDeviceMemory::WaitForStream(const Entry& e) {
+  if (e.device < 0) return Status::Internal("WaitForStream on host entry '" + e.request.name + "'");
+  ++counters_->stream_waits;
+  return Status::OK();
+}
+
 Status FakeDeviceMemory::CopyToHost(void* host, const void* device, int64_t bytes, int device_id) {
   ++counters_->to_host;
   {

@@ -22,11 +22,12 @@ struct FakeEvent {
 class FakeDeviceMemory : public DeviceMemory {
  public:
   struct Counters {
-    std::atomic<int> waits{0}, to_host{0}, to_device{0}, unwaited_reads{0};
+    std::atomic<int> waits{0}, stream_waits{0}, to_host{0}, to_device{0}, unwaited_reads{0};
   };
   explicit FakeDeviceMemory(Counters* counters) : counters_(counters) {}
 
   Status WaitForInput(const Entry& e) override;
+  Status WaitForStream(const Entry& e) override;
   Status CopyToHost(void* host, const void* device, int64_t bytes, int device_id) override;
   Status CopyToDevice(void* device, const void* host, int64_t bytes, int device_id) override;
 

@@ -93,6 +93,7 @@ TFRING_TEST(DevicePath, StagedAllgatherUnevenAndBroadcast) {
           << why;
     });
     EXPECT_EQ(counters.unwaited_reads.load(), 0);
+    EXPECT_EQ(counters.stream_waits.load(), 2 * size);  // after each allgather output
   }
 }
 

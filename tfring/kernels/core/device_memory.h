@@ -17,6 +17,10 @@ class DeviceMemory {
   // Blocks until the producer of `e`'s input has finished writing it (Entry::ready_event)
   // and any earlier work on its stream that might still use `e`'s output memory is done.
   virtual Status WaitForInput(const Entry& e) = 0;
+  // Blocks until work queued so far on `e`'s producer stream (Entry::stream) is done: an
+  // output allocated after the op was queued (allgather) may be memory that such work was
+  // still using when the framework freed it.
+  virtual Status WaitForStream(const Entry& e) = 0;
   // Synchronous copies; on return, the destination holds the bytes.
   virtual Status CopyToHost(void* host, const void* device, int64_t bytes, int device_id) = 0;
   virtual Status CopyToDevice(void* device, const void* host, int64_t bytes, int device_id) = 0;

@@ -56,9 +56,11 @@ Status StagingExecutor::Allgather(const std::vector<Entry*>& group,
     std::vector<char>* gathered = &staged.gathered[i];
     // The host executor allocates each output once the gathered shape is known: allocate
     // the GPU output then too, and gather into a host buffer of the same size.
-    staged.entries[i].allocate_output = [device_entry, gathered](const Shape& shape,
-                                                                 void** buffer) -> Status {
+    DeviceMemory* memory = memory_.get();
+    staged.entries[i].allocate_output = [device_entry, gathered, memory](const Shape& shape,
+                                                                         void** buffer) -> Status {
       TFRING_RETURN_IF_ERROR(device_entry->allocate_output(shape, &device_entry->output));
+      TFRING_RETURN_IF_ERROR(memory->WaitForStream(*device_entry));
       Request gathered_request = device_entry->request;
       gathered_request.shape = shape;
       gathered->resize(TensorBytes(gathered_request));

@@ -28,6 +28,13 @@ Status CudaMemory::WaitForInput(const Entry& e) {
   return Status::OK();
 }
 
+Status CudaMemory::WaitForStream(const Entry& e) {
+  if (e.stream == nullptr) return Status::OK();
+  TFRING_CUDA_CHECK(cudaSetDevice(e.device));
+  TFRING_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(e.stream)));
+  return Status::OK();
+}
+
 Status CudaMemory::CopyToHost(void* host, const void* device, int64_t bytes, int device_id) {
   if (bytes == 0) return Status::OK();
   cudaStream_t stream;

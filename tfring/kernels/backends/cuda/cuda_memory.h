@@ -18,6 +18,7 @@ class CudaMemory : public DeviceMemory {
   ~CudaMemory() override;
 
   Status WaitForInput(const Entry& e) override;
+  Status WaitForStream(const Entry& e) override;
   Status CopyToHost(void* host, const void* device, int64_t bytes, int device_id) override;
   Status CopyToDevice(void* device, const void* host, int64_t bytes, int device_id) override;
 
