@@ -2,7 +2,7 @@
 
     python -m tfring.build                # the op library, tfring/lib/libtfring.so
     python -m tfring.build --tests        # also the native runtime tests, in build/tests/
-    python -m tfring.build --native-only  # only the runtime's native tests: no TensorFlow needed
+    python tfring/build.py --native-only  # runtime + native tests; as a script, needs no TF
 
 The GPU path (NCCL backend, GPU kernels) is built when NCCL and the CUDA runtime headers are
 found (the `tfring[gpu]` extra installs both from PyPI); TFRING_WITH_NCCL=1 requires it,
