@@ -131,7 +131,7 @@ def _cuda_header_folders(runtime_include):
     """
     folders, lacking = [runtime_include], []
     candidates = [runtime_include]
-    for package in ("nvidia.cuda_nvcc", "nvidia.cuda_cccl"):
+    for package in ("nvidia.cuda_nvcc", "nvidia.cuda_cccl", "nvidia.cu13"):
         d = _package_dir(package)
         if d:
             candidates.append(os.path.join(d, "include"))
@@ -152,10 +152,12 @@ def find_gpu_toolchain():
         return None, "TFRING_WITH_NCCL=0"
     if mode not in ("", "auto", "1", "on", "yes", "true"):
         raise BuildError(f"TFRING_WITH_NCCL must be 0, 1 or auto. Received: {mode!r}")
-    nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), "/usr"],
+    # The -cu13 wheels install under nvidia/cu13/ (include/, lib/), the -cu12 ones per library.
+    cu13 = _package_dir("nvidia.cu13")
+    nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), cu13, "/usr"],
                  "nccl.h", ["libnccl.so.2", "libnccl.so"])
     cuda = _find([os.environ.get("TFRING_CUDA_HOME"), os.environ.get("CUDA_HOME"),
-                  _package_dir("nvidia.cuda_runtime"), "/usr/local/cuda"],
+                  _package_dir("nvidia.cuda_runtime"), cu13, "/usr/local/cuda"],
                  "cuda_runtime_api.h",
                  ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"])
     missing = []

@@ -92,6 +92,10 @@ class NcclEnvironment : public Environment {
       g_skip = skip.empty() ? "another rank has no usable GPU" : skip;
       return;
     }
+    // NCCL checks that buffers are device memory only when asked (read once, at its first
+    // use): the error test below relies on it.
+    setenv("NCCL_CHECK_POINTERS", "1", 0);
+    setenv("NCCL_CHECK_MODE", "DEBUG_LOCAL", 0);
     g_device = g_layout.local_rank;
     if (cudaSetDevice(g_device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&g_producer, cudaStreamNonBlocking) != cudaSuccess) {
@@ -330,8 +334,9 @@ TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
   Options options;
   options.peer_timeout_seconds = 5;
   std::unique_ptr<Coordinator> c = NewCoordinator(options);
-  // Rank 0 passes host memory as a device buffer: NCCL rejects it on rank 0, and the other
-  // ranks time out waiting for it.
+  // Rank 0 passes host memory as the input: NCCL's pointer check (SetUp) rejects it before
+  // anything runs on the GPU, so rank 0 fails with NCCL's message, and the other ranks time
+  // out waiting for rank 0's part.
   OpPtr warmup = SubmitOnGpu(c.get(), "warmup", DataType::kFloat32, {4},
                              TestValues(DataType::kFloat32, Rank(), 4), {});
   ASSERT_TRUE(WaitFor(warmup).ok());
@@ -346,7 +351,7 @@ TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
   e.request.on_device = true;
   e.device = g_device;
   e.input = Rank() == 0 ? static_cast<void*>(host.data()) : device_in;
-  e.output = Rank() == 0 ? static_cast<void*>(host.data()) : device_out;
+  e.output = device_out;
   e.done = [done](const Status& s) { done->set_value(s); };
   c->Enqueue(std::move(e));
   ASSERT_TRUE(status.wait_for(std::chrono::seconds(30)) == std::future_status::ready);

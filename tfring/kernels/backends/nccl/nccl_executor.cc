@@ -71,6 +71,7 @@ Scalar ScalarOf(DataType dtype, double factor) {
 // collective finishes within it, and a long one does not notice 20 us sleeps.
 constexpr auto kSpin = std::chrono::microseconds(500);
 constexpr auto kPollSleep = std::chrono::microseconds(20);
+constexpr auto kDrainAfterAbort = std::chrono::seconds(5);
 
 }  // namespace
 
@@ -102,9 +103,19 @@ NcclExecutor::~NcclExecutor() {
 Status NcclExecutor::Fail(const Status& status) {
   if (broken_.ok()) {
     // A communicator in an unknown state cannot be used again, and waiting on it could
-    // hang: abort (ncclCommAbort does not wait for peers).
-    if (world_.comm) ncclCommAbort(world_.comm);
-    if (local_.comm) ncclCommAbort(local_.comm);
+    // hang: abort (ncclCommAbort does not wait for peers; it frees the communicator).
+    for (Comm* c : {&world_, &local_}) {
+      if (c->comm) ncclCommAbort(c->comm);
+      c->comm = nullptr;
+    }
+    // Copies queued before the failure may still write the ops' outputs: give them a
+    // bounded moment to drain before the ops complete and the framework reuses that memory.
+    if (stream_ && done_event_ && cudaEventRecord(done_event_, stream_) == cudaSuccess) {
+      const auto deadline = Clock::now() + kDrainAfterAbort;
+      while (cudaEventQuery(done_event_) == cudaErrorNotReady && Clock::now() < deadline) {
+        std::this_thread::sleep_for(kPollSleep);
+      }
+    }
     broken_ = Status(status.code(), status.message() +
                                         ". The NCCL communicators were aborted; GPU collectives "
                                         "fail from now on in this job (rank " +
@@ -151,7 +162,11 @@ Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char
     const ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess) return Fail(NcclStatus(rc, nullptr, "ncclGetUniqueId", __FILE__, __LINE__));
   }
-  TFRING_RETURN_IF_ERROR(bootstrap->Broadcast(&id, sizeof(id), 0));
+  const Status shared = bootstrap->Broadcast(&id, sizeof(id), 0);
+  if (!shared.ok()) {
+    return Fail(Status(shared.code(), std::string("sharing the NCCL unique id of the ") + what +
+                                          " communicator through MPI: " + shared.message()));
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   comm->rank = rank;
@@ -229,7 +244,10 @@ Status NcclExecutor::Complete(const std::string& what) {
     for (const Comm* c : {&world_, &local_}) {
       if (c->comm == nullptr) continue;
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(c->comm, &async);
+      const ncclResult_t q = ncclCommGetAsyncError(c->comm, &async);
+      if (q != ncclSuccess) {
+        return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
+      }
       if (async != ncclSuccess && async != ncclInProgress) {
         return Fail(NcclStatus(async, c->comm, what.c_str(), __FILE__, __LINE__));
       }
@@ -254,7 +272,16 @@ Status NcclExecutor::DeviceBuffer(int which, int64_t bytes, char** buffer) {
     if (buffers_[which]) TFRING_CUDA_CHECK(cudaFree(buffers_[which]));
     buffers_[which] = nullptr;
     buffer_bytes_[which] = 0;
-    TFRING_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffers_[which]), bytes));
+    const cudaError_t rc = cudaMalloc(reinterpret_cast<void**>(&buffers_[which]), bytes);
+    if (rc != cudaSuccess) {
+      buffers_[which] = nullptr;
+      return Status::Internal(
+          "allocating tfring's " + std::to_string(bytes) + "-byte GPU fusion buffer failed: " +
+          cudaGetErrorString(rc) + ". NCCL and tfring's fusion buffers live outside "
+          "TensorFlow's allocator: let TensorFlow grow its memory instead of taking it all "
+          "(tf.config.experimental.set_memory_growth(gpu, True)), or lower "
+          "TFRING_FUSION_THRESHOLD");
+    }
     buffer_bytes_[which] = bytes;
   }
   *buffer = buffers_[which];
@@ -341,8 +368,9 @@ Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, Data
                    "ncclBroadcast", {&local_});
     }
   }
-  // An operator may be destroyed as soon as the call that uses it has returned.
-  if (plan.premulsum) ncclRedOpDestroy(plan.op, comm.comm);
+  // An operator may be destroyed as soon as the call that uses it has returned (not after
+  // a failure: the communicator was aborted and freed, and the operator with it).
+  if (plan.premulsum && broken_.ok()) ncclRedOpDestroy(plan.op, comm.comm);
   TFRING_RETURN_IF_ERROR(s);
   if (plan.floor_divide_on_host || plan.postscale_on_host != 1.0) {
     TFRING_RETURN_IF_ERROR(ThroughHost(out, bytes, "average or postscale it", [&](char* host) {

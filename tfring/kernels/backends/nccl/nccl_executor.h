@@ -7,7 +7,13 @@
 // event for that (never a device-wide synchronize), checking NCCL's asynchronous errors while
 // it waits: a NCCL error, or a collective that has not finished after
 // TFRING_PEER_TIMEOUT_SECONDS (a peer died mid-collective), aborts the communicators and
-// fails this and every later GPU op with the reason, instead of hanging.
+// fails this and every later GPU op with the reason, instead of hanging. The timeout counts
+// from when the call was queued, so it includes waiting for the producers' kernels; the
+// hierarchical allreduce's MPI step across hosts is a blocking MPI call, as host tensors'
+// collectives are.
+//
+// Memory: the fusion buffers are cudaMalloc'ed (as NCCL's own buffers are), outside
+// TensorFlow's allocator; TensorFlow must be left room (memory growth, as with Horovod).
 //
 // Communicators are created on the first GPU tensor, once: one over all ranks, and with
 // TFRING_HIERARCHICAL_ALLREDUCE=1 one over this host's ranks. Rank 0 (the host's first rank)
