@@ -17,6 +17,13 @@
 namespace tfring {
 namespace testing {
 
+// Every dtype that can be reduced, and every reduce op.
+inline constexpr DataType kAllDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                                          DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                                          DataType::kFloat32, DataType::kFloat64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
+                                       ReduceOp::kMax, ReduceOp::kProduct};
+
 // Bytes of `values` as `dtype` (floats rounded to nearest even for 16-bit types).
 std::vector<char> Encode(DataType dtype, const std::vector<double>& values);
 std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes);

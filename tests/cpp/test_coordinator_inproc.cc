@@ -16,8 +16,6 @@ namespace testing {
 namespace {
 
 constexpr int kSizes[] = {2, 3};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                ReduceOp::kMax, ReduceOp::kProduct};
 
 TFRING_TEST(CoordinatorInproc, AllreduceEveryOpAndDtype) {
   for (int size : kSizes) {

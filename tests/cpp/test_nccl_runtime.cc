@@ -29,11 +29,6 @@ namespace tfring {
 namespace testing {
 namespace {
 
-constexpr DataType kAllDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
-                                   DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
-                                   DataType::kFloat32, DataType::kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                                ReduceOp::kMax, ReduceOp::kProduct};
 
 ProcessLayout g_layout;
 int g_device = -1;
