@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tfring import _library, build, launcher
+from tfring import _library, build
+from tfringrun import launcher
 
 
 def test_with_nccl_0_skips_the_gpu_path(monkeypatch):
@@ -69,3 +70,60 @@ def test_tfringrun_runs_mpirun_and_passes_the_exit_status():
     proc = subprocess.run([tfringrun, "-np", "2", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 7, proc.stdout + proc.stderr
+
+
+def _args(*argv):
+    return launcher.parse_args(list(argv))
+
+
+def test_command_line_for_open_mpi_as_root():
+    args = _args("-np", "4", "-H", "a:2,b:2", "--fusion-threshold-mb", "2", "--cycle-time-ms",
+                 "0.5", "--hierarchical-allreduce", "python", "train.py", "--epochs", "3")
+    env = {"PATH": "/bin", "TFRING_LOG_LEVEL": "debug", "NCCL_DEBUG": "WARN", "SECRET": "x"}
+    cmd, out_env = launcher.build_command(args, env, "/venv/bin/mpirun", "openmpi", is_root=True)
+    assert cmd[:4] == ["/venv/bin/mpirun", "-np", "4", "--oversubscribe"]
+    assert cmd[cmd.index("--host") + 1] == "a:2,b:2"
+    exported = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
+    assert set(exported) == {"PATH", "TFRING_LOG_LEVEL", "NCCL_DEBUG", "TFRING_FUSION_THRESHOLD",
+                             "TFRING_CYCLE_TIME", "TFRING_HIERARCHICAL_ALLREDUCE"}
+    assert cmd[-4:] == ["python", "train.py", "--epochs", "3"]  # the program's own options
+    assert out_env["TFRING_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
+    assert out_env["TFRING_CYCLE_TIME"] == "0.5"
+    assert out_env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" == out_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+
+
+def test_command_line_for_mpich_hydra():
+    args = _args("-np", "2", "--hostfile", __file__, "python", "t.py")
+    cmd, _ = launcher.build_command(args, {"TFRING_CYCLE_TIME": "2"}, "mpirun", "mpich",
+                                    is_root=False)
+    assert cmd[cmd.index("-f") + 1] == __file__
+    assert ["-genv", "TFRING_CYCLE_TIME", "2"] == cmd[cmd.index("-genv"):cmd.index("-genv") + 3]
+    assert "--oversubscribe" not in cmd
+
+
+def test_horovod_hostfile_lines_become_open_mpi_slots(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("host1:2\nhost2 slots=4  # already Open MPI's\n\n# a comment\n")
+    assert launcher._hostfile_for_openmpi(str(f)) == ["host1 slots=2", "host2 slots=4"]
+
+
+def test_bad_launcher_arguments_are_clear(capsys):
+    for argv, needle in ((["-np", "2"], "give the program to run"),
+                         (["-np", "0", "python"], "-np must be at least 1"),
+                         (["-H", "a:1", "--hostfile", "/nonexistent", "python"], "not both"),
+                         (["--hostfile", "/nonexistent", "python"], "no such file")):
+        with pytest.raises(SystemExit):
+            launcher.parse_args(argv)
+        assert needle in capsys.readouterr().err
+
+
+def test_tfringrun_exports_settings_to_every_rank(tmp_path):
+    tfringrun = os.path.join(os.path.dirname(sys.executable), "tfringrun")
+    code = ("import os; print('threshold', os.environ['TFRING_FUSION_THRESHOLD'], "
+            "os.environ['TFRING_CYCLE_TIME'])")
+    proc = subprocess.run([tfringrun, "-np", "2", "-H", "localhost:2", "--fusion-threshold-mb",
+                           "1", "--cycle-time-ms", "3", "--verbose", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("threshold 1048576 3.0") == 2
+    assert "tfringrun: " in proc.stderr and " -x TFRING_FUSION_THRESHOLD" in proc.stderr

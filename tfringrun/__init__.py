@@ -1,0 +1,1 @@
+"""tfringrun: the launcher for tfring jobs (see launcher.py). Imports no TensorFlow."""

@@ -1,0 +1,5 @@
+import sys
+
+from tfringrun.launcher import main
+
+sys.exit(main())

@@ -1,0 +1,231 @@
+"""tfringrun: start a tfring job with the MPI tfring was built with, or check the build.
+
+    tfringrun --check-build                          # TF, MPI, NCCL built or not, GPUs
+    tfringrun -np 4 python train.py                  # 4 ranks on this host
+    tfringrun -np 4 -H host1:2,host2:2 python train.py
+    tfringrun -np 8 --hostfile hosts python train.py # lines "host slots=N" (or "host:N")
+
+It builds one `mpirun` command line (printed with --verbose) for the `mpirun` beside the
+`mpicxx` tfring was built with, exports tfring's settings and the Python environment to
+every rank, allows running as root and more ranks than cores, and exits with mpirun's
+status. Options after the program are the program's.
+"""
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+# tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
+# screen of logs for a launcher. Its build record is read where tfring's package lies.
+REBUILD_COMMAND = "python -m tfring.build"
+
+
+def build_info():
+    """tfring's build record (tfring/lib/build_info.json); ImportError when not built."""
+    spec = importlib.util.find_spec("tfring")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("tfring is not installed in this Python")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "lib", "build_info.json")
+    if not os.path.exists(path):
+        raise ImportError(f"tfring's C++ library is not built ({path} is missing). "
+                          f"Build it with: {REBUILD_COMMAND}")
+    with open(path) as f:
+        return json.load(f)
+
+# Variables every rank needs from the launching shell (on other hosts too): the settings,
+# and what makes `python` there the same Python with the same packages.
+EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")
+EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND")
+
+
+def _installed_tensorflow():
+    for dist in ("tensorflow", "tensorflow-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_build(out=sys.stdout):
+    """Prints what this build of tfring has; returns 0, or 1 when it cannot run here."""
+    try:
+        info = build_info()
+    except ImportError as e:
+        print(f"tfring: not built: {e}", file=out)
+        return 1
+    installed = _installed_tensorflow()
+    ok = installed == info["tensorflow"]
+    tf_line = info["tensorflow"] + ("" if ok else f" (but TensorFlow {installed} is installed: "
+                                                   f"rebuild with {REBUILD_COMMAND})")
+    if info.get("nccl"):
+        nccl_line = f"built, NCCL {info.get('nccl_version')} ({info.get('nccl_library')})"
+    else:
+        nccl_line = f"not built ({info.get('nccl_not_built_because') or 'no NCCL found'})"
+    lines = [
+        "tfring build:",
+        f"  TensorFlow      {tf_line}",
+        f"  MPI             {info['mpi_version']} ({info['mpicxx']})",
+        f"  NCCL (GPU ops)  {nccl_line}",
+        f"  GPUs visible    {_visible_gpus()}",
+        "  Collectives     allreduce, grouped_allreduce, allgather, broadcast: host tensors "
+        "over MPI" + ("; GPU tensors over NCCL" if info.get("nccl") else ""),
+    ]
+    print("\n".join(lines), file=out)
+    return 0 if ok else 1
+
+
+def _visible_gpus():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "none (no nvidia-smi)"
+    try:
+        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({e})"
+    names = [line.split(":", 1)[1].split("(")[0].strip()
+             for line in listing.splitlines() if line.startswith("GPU ")]
+    return f"{len(names)}: {', '.join(names)}" if names else "none"
+
+
+def mpirun_path():
+    """The mpirun beside the mpicxx tfring was built with (the same MPI), else PATH's."""
+    try:
+        beside = os.path.join(os.path.dirname(build_info()["mpicxx"]), "mpirun")
+        if os.path.exists(beside):
+            return beside
+    except ImportError:
+        pass
+    found = shutil.which("mpirun")
+    if not found:
+        raise SystemExit("tfringrun: no mpirun found; build tfring first (BUILD.md)")
+    return found
+
+
+def mpi_flavor():
+    """'openmpi' or 'mpich' (MPICH, Intel MPI, MVAPICH: Hydra's options)."""
+    try:
+        version = build_info()["mpi_version"]
+    except ImportError:
+        version = ""
+    return "openmpi" if "Open MPI" in version or "OpenRTE" in version else "mpich"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="tfringrun", description=__doc__.split("\n\n")[0],
+        usage="tfringrun [options] program [args...]  |  tfringrun --check-build")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of ranks")
+    p.add_argument("-H", "--hosts", help="hosts and slots, e.g. host1:2,host2:2")
+    p.add_argument("--hostfile", help="file of 'host slots=N' (or 'host:N') lines")
+    p.add_argument("--check-build", action="store_true", help="print what this build has")
+    p.add_argument("--fusion-threshold-mb", type=float,
+                   help="TFRING_FUSION_THRESHOLD, in MiB (0 disables fusion)")
+    p.add_argument("--cycle-time-ms", type=float, help="TFRING_CYCLE_TIME")
+    p.add_argument("--hierarchical-allreduce", action="store_true",
+                   help="TFRING_HIERARCHICAL_ALLREDUCE=1 (GPU tensors)")
+    p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
+    p.add_argument("--mpi-args", default="",
+                   help="more options for mpirun itself, as one quoted string")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="the program and its arguments")
+    args = p.parse_args(argv)
+    if not args.check_build:
+        if not args.program:
+            p.error("give the program to run, e.g. `tfringrun -np 2 python train.py`")
+        if args.np is not None and args.np < 1:
+            p.error(f"-np must be at least 1. Received: {args.np}")
+        if args.hosts and args.hostfile:
+            p.error("give -H or --hostfile, not both")
+        if args.hostfile and not os.path.exists(args.hostfile):
+            p.error(f"--hostfile {args.hostfile}: no such file")
+    return args
+
+
+def settings_env(args):
+    """The TFRING_* variables the options set."""
+    env = {}
+    if args.fusion_threshold_mb is not None:
+        env["TFRING_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        env["TFRING_CYCLE_TIME"] = repr(args.cycle_time_ms)
+    if args.hierarchical_allreduce:
+        env["TFRING_HIERARCHICAL_ALLREDUCE"] = "1"
+    return env
+
+
+def _hostfile_for_openmpi(path):
+    """Open MPI reads 'host slots=N'; Horovod's 'host:N' lines are rewritten to that."""
+    lines = []
+    for raw in open(path):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if ":" in line and "slots" not in line:
+            host, slots = line.rsplit(":", 1)
+            line = f"{host} slots={slots}"
+        lines.append(line)
+    return lines
+
+
+def build_command(args, env, mpirun, flavor, is_root):
+    """(argv, env) for the mpirun that starts the job."""
+    env = dict(env, **settings_env(args))
+    cmd = [mpirun]
+    if args.np is not None:
+        cmd += ["-np", str(args.np)]
+    exported = sorted(k for k in env if k.startswith(EXPORT_PREFIXES) or k in EXPORT_NAMES)
+    if flavor == "openmpi":
+        if is_root:  # Open MPI refuses root unless told twice
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        cmd.append("--oversubscribe")  # more ranks than cores is the user's choice to make
+        if args.hosts:
+            cmd += ["--host", args.hosts]
+        if args.hostfile:
+            cmd += ["--hostfile", args.hostfile]
+        for k in exported:
+            cmd += ["-x", k]
+    else:
+        if args.hosts:
+            cmd += ["-hosts", args.hosts]
+        if args.hostfile:
+            cmd += ["-f", args.hostfile]
+        for k in exported:
+            cmd += ["-genv", k, env[k]]
+    cmd += shlex.split(args.mpi_args)
+    return cmd + args.program, env
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.check_build:
+        return check_build()
+    flavor = mpi_flavor()
+    hostfile_copy = None
+    if args.hostfile and flavor == "openmpi":
+        lines = _hostfile_for_openmpi(args.hostfile)
+        hostfile_copy = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                     f"tfringrun-hostfile-{os.getpid()}")
+        with open(hostfile_copy, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        args.hostfile = hostfile_copy
+    cmd, env = build_command(args, os.environ, mpirun_path(), flavor, os.geteuid() == 0)
+    if args.verbose:
+        print("tfringrun: " + shlex.join(cmd), file=sys.stderr, flush=True)
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if hostfile_copy:
+            os.unlink(hostfile_copy)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
