@@ -27,7 +27,7 @@ from tfring.optimizer_v1 import (  # noqa: E402
 from tfring.runtime import (  # noqa: E402
     cross_rank, cross_size, init, is_initialized, local_rank, local_rank_op, local_size,
     local_size_op, mpi_built, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
-    shutdown, size, size_op)
+    shutdown, size, size_op, start_timeline, stop_timeline)
 
 __version__ = "0.1.0"
 
@@ -35,7 +35,7 @@ __all__ = [
     "Average", "Sum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_built", "nccl_built", "mpi_threads_supported",
-    "mpi_version", "build_info", "size_op", "rank_op", "local_size_op", "local_rank_op",
+    "mpi_version", "build_info", "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "broadcast_variables",
     "allgather_object", "broadcast_object",
     "Compression", "DistributedOptimizer", "DistributedGradientTape",

@@ -42,6 +42,30 @@ def shutdown():
     _library.capi().tfring_shutdown()
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline of every collective to `file_path` (rank 0).
+
+    Open it in Perfetto (ui.perfetto.dev) or chrome://tracing; `python -m tfring.timeline
+    summary FILE` totals the phases per tensor. Every rank may call this (as with Horovod);
+    only rank 0 writes. Same as setting TFRING_TIMELINE (and TFRING_TIMELINE_MARK_CYCLES)
+    before `init()`.
+
+    Raises:
+        ValueError: before `init()` (as RuntimeError), or when the file cannot be written.
+    """
+    error = ctypes.create_string_buffer(2048)
+    code = _library.capi().tfring_start_timeline(str(file_path).encode(), int(bool(mark_cycles)),
+                                                  error, len(error))
+    if code != 0:
+        raise _INIT_ERRORS.get(code, RuntimeError)(
+            f"tfring.start_timeline() failed: {error.value.decode()}")
+
+
+def stop_timeline():
+    """Stops the timeline and closes its file (a valid JSON array). Harmless when none runs."""
+    _library.capi().tfring_stop_timeline()
+
+
 def is_initialized():
     """True between `init()` and `shutdown()`."""
     return bool(_library.capi().tfring_is_initialized())

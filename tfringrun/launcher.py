@@ -128,6 +128,9 @@ def parse_args(argv):
     p.add_argument("--fusion-threshold-mb", type=float,
                    help="TFRING_FUSION_THRESHOLD, in MiB (0 disables fusion)")
     p.add_argument("--cycle-time-ms", type=float, help="TFRING_CYCLE_TIME")
+    p.add_argument("--timeline-filename", help="TFRING_TIMELINE: rank 0 writes a Chrome trace")
+    p.add_argument("--timeline-mark-cycles", action="store_true",
+                   help="TFRING_TIMELINE_MARK_CYCLES=1")
     p.add_argument("--hierarchical-allreduce", action="store_true",
                    help="TFRING_HIERARCHICAL_ALLREDUCE=1 (GPU tensors)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
@@ -156,6 +159,10 @@ def settings_env(args):
         env["TFRING_CYCLE_TIME"] = repr(args.cycle_time_ms)
     if args.hierarchical_allreduce:
         env["TFRING_HIERARCHICAL_ALLREDUCE"] = "1"
+    if args.timeline_filename:
+        env["TFRING_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.timeline_mark_cycles:
+        env["TFRING_TIMELINE_MARK_CYCLES"] = "1"
     return env
 
 

@@ -78,14 +78,17 @@ def _args(*argv):
 
 def test_command_line_for_open_mpi_as_root():
     args = _args("-np", "4", "-H", "a:2,b:2", "--fusion-threshold-mb", "2", "--cycle-time-ms",
-                 "0.5", "--hierarchical-allreduce", "python", "train.py", "--epochs", "3")
+                 "0.5", "--hierarchical-allreduce", "--timeline-filename", "/t/tl.json",
+                 "--timeline-mark-cycles", "python", "train.py", "--epochs", "3")
     env = {"PATH": "/bin", "TFRING_LOG_LEVEL": "debug", "NCCL_DEBUG": "WARN", "SECRET": "x"}
     cmd, out_env = launcher.build_command(args, env, "/venv/bin/mpirun", "openmpi", is_root=True)
     assert cmd[:4] == ["/venv/bin/mpirun", "-np", "4", "--oversubscribe"]
     assert cmd[cmd.index("--host") + 1] == "a:2,b:2"
     exported = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
     assert set(exported) == {"PATH", "TFRING_LOG_LEVEL", "NCCL_DEBUG", "TFRING_FUSION_THRESHOLD",
-                             "TFRING_CYCLE_TIME", "TFRING_HIERARCHICAL_ALLREDUCE"}
+                             "TFRING_CYCLE_TIME", "TFRING_HIERARCHICAL_ALLREDUCE",
+                             "TFRING_TIMELINE", "TFRING_TIMELINE_MARK_CYCLES"}
+    assert out_env["TFRING_TIMELINE"] == "/t/tl.json"
     assert cmd[-4:] == ["python", "train.py", "--epochs", "3"]  # the program's own options
     assert out_env["TFRING_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
     assert out_env["TFRING_CYCLE_TIME"] == "0.5"

@@ -15,7 +15,7 @@ from tfring.collectives import Average, Max, Min, Product, Sum  # noqa: F401
 from tfring.compression import Compression  # noqa: F401
 from tfring.runtime import (  # noqa: F401
     cross_rank, cross_size, init, is_initialized, local_rank, local_size, mpi_built,
-    mpi_threads_supported, nccl_built, rank, shutdown, size)
+    mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
 from tfring.keras import callbacks  # noqa: F401
 from tfring.keras._values import allgather, allreduce, broadcast  # noqa: F401
 from tfring.keras.optimizer import (  # noqa: F401
@@ -25,7 +25,7 @@ from tfring.keras.optimizer import (  # noqa: F401
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_built", "nccl_built", "mpi_threads_supported",
-    "Average", "Sum", "Min", "Max", "Product", "Compression",
+    "start_timeline", "stop_timeline", "Average", "Sum", "Min", "Max", "Product", "Compression",
     "DistributedOptimizer", "DistributedKerasOptimizer", "DistributedLossScaleOptimizer",
     "load_model", "broadcast_global_variables",
     "allreduce", "allgather", "broadcast", "callbacks",

@@ -75,6 +75,10 @@ Status Options::FromEnvironment(Options* o) {
       ReadDouble("TFRING_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &o->stall_shutdown_time_seconds));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
   TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
+  if (const char* timeline = std::getenv("TFRING_TIMELINE")) o->timeline_path = timeline;
+  int64_t mark_cycles = o->timeline_mark_cycles ? 1 : 0;
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_TIMELINE_MARK_CYCLES", 0, &mark_cycles));
+  o->timeline_mark_cycles = mark_cycles != 0;
   int64_t hierarchical = o->hierarchical_allreduce ? 1 : 0;
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_HIERARCHICAL_ALLREDUCE", 0, &hierarchical));
   if (hierarchical > 1) {

@@ -17,6 +17,8 @@
 //   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        0         fail stalled ops after this; 0: never
 //   TFRING_PEER_TIMEOUT_SECONDS         s        30        a peer silent this long is lost
 //   TFRING_LOG_LEVEL                    -        warning   trace, debug, info, warning, error
+//   TFRING_TIMELINE                     path     (none)    rank 0 writes a Chrome-trace timeline there
+//   TFRING_TIMELINE_MARK_CYCLES         0/1      0         mark each cycle that ran collectives
 //   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
 //                                                          host memory); builds with NCCL only
 //   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         GPU allreduce: NCCL inside each host,
@@ -42,6 +44,8 @@ struct Options {
   double stall_shutdown_time_seconds = 0.0;
   double peer_timeout_seconds = 30.0;
   LogLevel log_level = LogLevel::kWarning;
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
   bool gpu_operations_through_mpi = false;
   bool hierarchical_allreduce = false;
 

@@ -45,7 +45,17 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       host_(std::move(backend), rank_, size_),
       device_(std::move(device_executor)),
       cache_(options.cache_capacity),
-      negotiator_(size_) {}
+      negotiator_(size_) {
+  host_.set_timeline(&timeline_);
+  if (device_) device_->set_timeline(&timeline_);
+}
+
+Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (rank_ != 0) return Status::OK();
+  return timeline_.Start(path, mark_cycles);
+}
+
+void Coordinator::StopTimeline() { timeline_.Stop(); }
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -179,6 +189,7 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       send_order_.push_back(name);
     }
     table_.emplace(name, std::move(p));
+    timeline_.Phase(name, "NEGOTIATE");
   }
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
@@ -244,7 +255,10 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   // Step 4: execute.
   if (!execute.empty()) {
     *progress = true;
+    timeline_.MarkCycle();
+    for (const Response& r : execute) timeline_.Phase(r.name, "QUEUE");
     Execute(execute);
+    timeline_.Flush();
   }
   if (*stop) return Status::OK();
   if (!(words[0] & kFlagNotShuttingDown)) {
@@ -338,6 +352,7 @@ void Coordinator::Finish(const std::string& name, const Status& status) {
   TFRING_CHECK(it != table_.end()) << "finishing '" << name << "' which is not pending";
   auto done = std::move(it->second.entry.done);
   table_.erase(it);
+  timeline_.End(name);
   done(status);
 }
 

@@ -55,6 +55,7 @@
 #include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/response_cache.h"
+#include "tfring/kernels/core/timeline.h"
 
 namespace tfring {
 
@@ -73,6 +74,10 @@ class Coordinator {
   // Asks every rank to stop at the next cycle, fails this rank's pending entries, and waits
   // for the background thread to end. Idempotent.
   void Shutdown();
+
+  // Rank 0 writes the timeline (timeline.h); on other ranks these do nothing. Thread-safe.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -124,6 +129,7 @@ class Coordinator {
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
+  Timeline timeline_;
   Negotiator negotiator_;  // used on rank 0 only
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   SteadyClock::time_point last_stall_warning_;

@@ -9,11 +9,13 @@
 // done callbacks. A non-OK status fails the whole group on this rank.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/message.h"
+#include "tfring/kernels/core/timeline.h"
 
 namespace tfring {
 
@@ -29,6 +31,16 @@ class GroupExecutor {
   virtual Status Allgather(const std::vector<Entry*>& group,
                            const std::vector<const Response*>& rs) = 0;
   virtual Status Broadcast(const std::vector<Entry*>& group, const Response& r) = 0;
+
+  // Where the executor records its phases (MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...).
+  virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+
+ protected:
+  void Phase(const std::vector<Entry*>& group, const std::string& phase,
+             const std::string& args = "") {
+    if (timeline_ != nullptr) timeline_->GroupPhase(group, phase, args);
+  }
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace tfring

@@ -1,5 +1,6 @@
 #include "tfring/kernels/core/host_executor.h"
 
+#include <cctype>
 #include <cstring>
 
 #include "tfring/kernels/common/elementwise.h"
@@ -18,6 +19,12 @@ void CopyBytes(void* dst, const void* src, size_t n) {
 
 HostExecutor::HostExecutor(std::unique_ptr<Backend> backend, int rank, int size)
     : backend_(std::move(backend)), rank_(rank), size_(size) {}
+
+std::string HostExecutor::PhaseName(const char* collective) const {
+  std::string name = backend_->name();  // "MPI", "inproc"
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name + "_" + collective;
+}
 
 char* HostExecutor::FusionBuffer(size_t which, size_t bytes) {
   std::vector<char>& b = fusion_buffers_[which];
@@ -50,6 +57,7 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
       ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
       in = e.output;
     }
+    Phase(group, PhaseName("ALLREDUCE"), Timeline::GroupArgs(group, count * esize));
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
     Postprocess(e, r.reduce_op, e.output, count);
     return Status::OK();
@@ -57,6 +65,7 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   int64_t total = 0;
   for (Entry* e : group) total += NumElements(e->request.shape);
   char* buffer = FusionBuffer(0, total * esize);
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   for (Entry* e : group) {
     const int64_t count = NumElements(e->request.shape);
@@ -66,7 +75,9 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     }
     offset += count;
   }
+  Phase(group, PhaseName("ALLREDUCE"), Timeline::GroupArgs(group, total * esize));
   TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (Entry* e : group) {
     const int64_t count = NumElements(e->request.shape);
@@ -85,18 +96,23 @@ Status HostExecutor::Allgather(const std::vector<Entry*>& group,
     TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
   }
   const GatherLayout layout = PlanGather(group, rs, size_);
+  const std::string args = Timeline::GroupArgs(group, layout.total_bytes);
   if (group.size() == 1) {
+    Phase(group, PhaseName("ALLGATHER"), args);
     return backend_->Allgather(group[0]->input, group[0]->output, layout.bytes_per_rank);
   }
   char* send = FusionBuffer(0, layout.bytes_per_rank[rank_]);
   char* recv = FusionBuffer(1, layout.total_bytes);
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
     CopyBytes(send + offset, group[i]->input, n);
     offset += n;
   }
+  Phase(group, PhaseName("ALLGATHER"), args);
   TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, layout.bytes_per_rank));
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (const GatherPiece& p : layout.pieces) {
     CopyBytes(static_cast<char*>(group[p.tensor]->output) + p.to_offset, recv + p.from_offset,
               p.bytes);
@@ -110,11 +126,13 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
     Entry& e = *group[0];
     const int64_t bytes = TensorBytes(e.request);
     if (is_root && e.output != e.input) CopyBytes(e.output, e.input, bytes);
+    Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, bytes));
     return backend_->Broadcast(e.output, bytes, r.root_rank);
   }
   int64_t total = 0;
   for (Entry* e : group) total += TensorBytes(e->request);
   char* buffer = FusionBuffer(0, total);
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   if (is_root) {
     for (Entry* e : group) {
@@ -122,7 +140,9 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
       offset += TensorBytes(e->request);
     }
   }
+  Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, total));
   TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (Entry* e : group) {
     if (e->output != buffer + offset) CopyBytes(e->output, buffer + offset, TensorBytes(e->request));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tfring/kernels/backends/backend.h"
@@ -28,6 +29,8 @@ class HostExecutor : public GroupExecutor {
  private:
   void Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count);
   char* FusionBuffer(size_t which, size_t bytes);
+  // The timeline's name for the backend call: "MPI_ALLREDUCE", ...
+  std::string PhaseName(const char* collective) const;
 
   std::unique_ptr<Backend> backend_;
   const int rank_;

@@ -18,7 +18,9 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
     twin.request.on_device = false;
     std::vector<char>& buffer = staged->buffers[i];
     buffer.resize(TensorBytes(e.request));
+    if (timeline_) timeline_->Phase(e.request.name, "WAIT_FOR_DATA");
     TFRING_RETURN_IF_ERROR(memory_->WaitForInput(e));
+    if (timeline_) timeline_->Phase(e.request.name, "MEMCPY_DEVICE_TO_HOST");
     TFRING_RETURN_IF_ERROR(memory_->CopyToHost(buffer.data(), e.input, buffer.size(), e.device));
     // Allreduce and broadcast work in place in the one host buffer; allgather's output
     // is allocated once its shape is known.
@@ -30,6 +32,7 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
 }
 
 Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged& staged) {
+  Phase(group, "MEMCPY_HOST_TO_DEVICE");
   for (size_t i = 0; i < group.size(); ++i) {
     const bool gathered = group[i]->request.kind == CollectiveKind::kAllgather;
     const std::vector<char>& result = gathered ? staged.gathered[i] : staged.buffers[i];

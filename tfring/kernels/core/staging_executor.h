@@ -24,6 +24,10 @@ class StagingExecutor : public GroupExecutor {
   Status Allgather(const std::vector<Entry*>& group,
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+  void set_timeline(Timeline* timeline) override {
+    timeline_ = timeline;
+    host_->set_timeline(timeline);
+  }
 
  private:
   // Host twins of a group's entries: same requests, host buffers.

@@ -40,6 +40,18 @@ int tfring_cross_size() { return Layout(&tfring::ProcessLayout::cross_size); }
 int tfring_mpi_threads_supported() {
   return GlobalRuntime::Get().initialized() && tfring::MpiContext::threads_supported() ? 1 : 0;
 }
+// Returns 0 on success, else the StatusCode, with the message copied into `error`.
+int tfring_start_timeline(const char* path, int mark_cycles, char* error, int error_len) {
+  tfring::Status s = GlobalRuntime::Get().StartTimeline(path, mark_cycles != 0);
+  if (!s.ok() && error_len > 0) {
+    std::strncpy(error, s.message().c_str(), error_len - 1);
+    error[error_len - 1] = '\0';
+  }
+  return static_cast<int>(s.code());
+}
+
+void tfring_stop_timeline() { GlobalRuntime::Get().StopTimeline(); }
+
 int tfring_mpi_built() { return 1; }
 int tfring_nccl_built() { return TFRING_WITH_NCCL ? 1 : 0; }
 

@@ -82,6 +82,14 @@ Status GlobalRuntime::Init() {
   coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device));
   coordinator_->Start();
+  if (!options.timeline_path.empty()) {
+    const Status s = coordinator_->StartTimeline(options.timeline_path, options.timeline_mark_cycles);
+    if (!s.ok()) {
+      coordinator_->Shutdown();
+      coordinator_.reset();
+      return Status(s.code(), "TFRING_TIMELINE: " + s.message());
+    }
+  }
   TFRING_LOG(kDebug) << "initialized: size " << layout_.size << ", local rank "
                      << layout_.local_rank;
   return Status::OK();
@@ -117,6 +125,20 @@ bool GlobalRuntime::initialized() {
 ProcessLayout GlobalRuntime::layout() {
   std::lock_guard<std::mutex> lock(mutex_);
   return layout_;
+}
+
+Status GlobalRuntime::StartTimeline(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!coordinator_) {
+    return Status::FailedPrecondition(
+        "tfring has not been initialized: call tfring.init() before start_timeline()");
+  }
+  return coordinator_->StartTimeline(path, mark_cycles);
+}
+
+void GlobalRuntime::StopTimeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (coordinator_) coordinator_->StopTimeline();
 }
 
 void GlobalRuntime::Enqueue(Entry entry) {

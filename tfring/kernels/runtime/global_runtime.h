@@ -21,6 +21,10 @@ class GlobalRuntime {
   bool initialized();
   ProcessLayout layout();  // valid once initialized
 
+  // The timeline (rank 0 writes it): FailedPrecondition before init.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
+
   // Queues `entry`, or fails it at once when the runtime is not initialized.
   void Enqueue(Entry entry);
 

@@ -389,6 +389,8 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   if (group.size() == 1) {
     Entry& e = *group[0];
     const int64_t count = NumElements(e.request.shape);
+    Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
+          Timeline::GroupArgs(group, count * esize));
     if (count > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(e.input, e.output, count, r.dtype, r));
     return Complete(std::string("NCCL allreduce of '") + e.request.name + "'");
   }
@@ -396,13 +398,17 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   for (Entry* e : group) total += NumElements(e->request.shape);
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total * esize, &buffer));
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   for (Entry* e : group) {
     const int64_t bytes = NumElements(e->request.shape) * esize;
     TFRING_RETURN_IF_ERROR(CopyAsync(buffer + offset, e->input, bytes));
     offset += bytes;
   }
+  Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
+        Timeline::GroupArgs(group, total * esize));
   if (total > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(buffer, buffer, total, r.dtype, r));
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (Entry* e : group) {
     const int64_t bytes = NumElements(e->request.shape) * esize;
@@ -453,20 +459,25 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
                            (group.size() > 1 ? " and " + std::to_string(group.size() - 1) +
                                                    " fused tensors"
                                              : "");
+  const std::string args = Timeline::GroupArgs(group, layout.total_bytes);
   if (group.size() == 1) {
+    Phase(group, "NCCL_ALLGATHER", args);
     TFRING_RETURN_IF_ERROR(GatherV(group[0]->input, group[0]->output, layout.bytes_per_rank));
     return Complete(what);
   }
   char *send, *recv;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.bytes_per_rank[layout_.rank], &send));
   TFRING_RETURN_IF_ERROR(DeviceBuffer(1, layout.total_bytes, &recv));
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const int64_t n = rs[i]->first_dims[layout_.rank] * RowBytes(group[i]->request);
     TFRING_RETURN_IF_ERROR(CopyAsync(send + offset, group[i]->input, n));
     offset += n;
   }
+  Phase(group, "NCCL_ALLGATHER", args);
   TFRING_RETURN_IF_ERROR(GatherV(send, recv, layout.bytes_per_rank));
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (const GatherPiece& p : layout.pieces) {
     TFRING_RETURN_IF_ERROR(CopyAsync(static_cast<char*>(group[p.tensor]->output) + p.to_offset,
                                      recv + p.from_offset, p.bytes));
@@ -481,6 +492,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   if (group.size() == 1) {
     Entry& e = *group[0];
     const int64_t bytes = TensorBytes(e.request);
+    Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, bytes));
     if (bytes > 0) {
       TFRING_NCCL_LAUNCH(ncclBroadcast(e.input, e.output, bytes, ncclUint8, r.root_rank,
                                        world_.comm, stream_),
@@ -492,6 +504,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   for (Entry* e : group) total += TensorBytes(e->request);
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total, &buffer));
+  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   int64_t offset = 0;
   if (is_root) {
     for (Entry* e : group) {
@@ -499,11 +512,13 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
       offset += TensorBytes(e->request);
     }
   }
+  Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, total));
   if (total > 0) {
     TFRING_NCCL_LAUNCH(
         ncclBroadcast(buffer, buffer, total, ncclUint8, r.root_rank, world_.comm, stream_),
         &world_);
   }
+  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (Entry* e : group) {
     TFRING_RETURN_IF_ERROR(CopyAsync(e->output, buffer + offset, TensorBytes(e->request)));

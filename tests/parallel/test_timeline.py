@@ -1,0 +1,73 @@
+"""The timeline: rank 0 writes a Chrome-trace JSON of every tensor's phases."""
+
+import collections
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from tfring import timeline
+
+
+def _rows(events):
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    rows = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") in ("B", "E"):
+            rows[names[e["tid"]]].append(e)
+    return rows
+
+
+def test_timeline_records_every_phase_and_fusion_groups(tmp_path, rank, size):
+    path = tmp_path / "timeline.json"
+    tfring.start_timeline(str(path), mark_cycles=True)
+
+    @tf.function
+    def step(a, b, c):
+        return tfring.grouped_allreduce([a, b, c], name="tl.grouped")
+
+    for _ in range(2):
+        out = step(tf.ones([4]), tf.ones([3]), tf.ones([2]))
+    np.testing.assert_array_equal(out[0].numpy(), np.full(4, 1.0))  # averaged: still ones
+    tfring.allgather(tf.ones([rank + 1, 2]), name="tl.gather")
+    tfring.broadcast(tf.ones([5]), root_rank=size - 1, name="tl.bcast")
+    tfring.stop_timeline()
+    tfring.stop_timeline()  # harmless twice
+    if rank != 0:
+        assert not path.exists()  # only rank 0 writes
+        return
+    events = json.loads(path.read_text())  # valid JSON once stopped
+    rows = _rows(events)
+    for i in range(3):
+        phases = [e["name"] for e in rows[f"tl.grouped.{i}"] if e["ph"] == "B"]
+        assert phases == ["NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
+                          "MEMCPY_OUT_FUSION_BUFFER"] * 2, phases
+    group_args = [e["args"] for e in rows["tl.grouped.1"] if e.get("name") == "MPI_ALLREDUCE"]
+    assert group_args[0] == {"group": "tl.grouped.0", "tensors": 3, "bytes": 36}
+    assert [e["name"] for e in rows["tl.gather"] if e["ph"] == "B"] == [
+        "NEGOTIATE", "QUEUE", "MPI_ALLGATHER"]
+    assert [e["name"] for e in rows["tl.bcast"] if e["ph"] == "B"] == [
+        "NEGOTIATE", "QUEUE", "MPI_BROADCAST"]
+    for name, row in rows.items():  # well-formed: B/E alternate, time never goes back
+        assert [e["ph"] for e in row] == ["B", "E"] * (len(row) // 2), name
+        ts = [e["ts"] for e in row]
+        assert ts == sorted(ts), name
+    assert any(e.get("name") == "CYCLE" and e["ph"] == "i" for e in events)
+    totals = timeline.phase_totals(events)
+    assert totals["tl.grouped.0"]["MPI_ALLREDUCE"][1] == 2
+
+
+def test_timeline_errors_are_clear(tmp_path, rank):
+    path = tmp_path / "t.json"
+    tfring.start_timeline(str(path))
+    try:
+        if rank == 0:
+            with pytest.raises(RuntimeError, match="already being written"):
+                tfring.start_timeline(str(tmp_path / "other.json"))
+    finally:
+        tfring.stop_timeline()
+    if rank == 0:
+        with pytest.raises(ValueError, match="cannot write the timeline to '/nonexistent/t.json'"):
+            tfring.start_timeline("/nonexistent/t.json")
