@@ -1,4 +1,5 @@
-"""Collective operations on tensors: allreduce, grouped_allreduce, allgather, broadcast.
+"""Collective operations on tensors: allreduce, grouped_allreduce, allgather,
+grouped_allgather, reducescatter, grouped_reducescatter, broadcast, broadcast_, barrier.
 
 Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient. The data
 goes from the op's C++ kernel to the runtime and MPI without passing through Python.
@@ -157,6 +158,75 @@ def allgather(tensor, name=None):
 
 
 @_clean_eager_errors
+def grouped_allgather(tensors, name=None):
+    """Allgathers a list of tensors submitted together, so they travel fused.
+
+    Args and Returns: as `allgather`, for each tensor of the list (dtypes may differ).
+    """
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    tensor_name, _ = naming.tensor_name("grouped_allgather", name)
+    for i, t in enumerate(tensors):
+        _check_dtype(t, _GATHERABLE, "grouped_allgather", f"{tensor_name}.{i}")
+        if t.shape.rank == 0:
+            raise ValueError(f"grouped_allgather needs tensors of rank >= 1; "
+                             f"'{tensor_name}.{i}' is a scalar. Reshape it to [1] first.")
+    return _library.ops().tfring_grouped_allgather(tensors, tensor_name=tensor_name,
+                                                   eager=tf.executing_eagerly())
+
+
+@_clean_eager_errors
+def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reduces a tensor over all ranks; rank r gets its block of the first dimension.
+
+    The first dimension (the same on every rank) is split as evenly as possible, the lower
+    ranks taking one row more when it does not divide: 7 rows over 3 ranks give 3, 2, 2.
+
+    Args: as `allreduce` (op: Average, Sum, Min, Max or Product).
+
+    Returns:
+        This rank's block of the reduced tensor.
+    """
+    op = _resolve_op(None, op)
+    tensor = tf.convert_to_tensor(tensor)
+    tensor_name, cacheable = naming.tensor_name("reducescatter", name)
+    _check_dtype(tensor, _REDUCIBLE, "reducescatter", tensor_name)
+    if tensor.shape.rank == 0:
+        raise ValueError(f"reducescatter needs a tensor of rank >= 1; '{tensor_name}' is a "
+                         "scalar. Reshape it to [1] first.")
+    return _library.ops().tfring_reducescatter(
+        tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly())
+
+
+def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                          name=None):
+    """`reducescatter` of each tensor of a list (dtypes may differ); returns their blocks.
+
+    Submitted together; unlike grouped_allreduce they are not fused into one backend call
+    (each block layout differs), but they share the runtime's cycles.
+    """
+    base = name if name is not None else naming.tensor_name("grouped_reducescatter")[0]
+    return [reducescatter(t, op=op, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, name=f"{base}.{i}")
+            for i, t in enumerate(tensors)]
+
+
+@_clean_eager_errors
+def barrier(name=None):
+    """Blocks until every rank has called `barrier` (with the same name).
+
+    Returns None, except in a TF1 graph, where it returns the op to run (inside tf.function
+    the op runs in program order by itself).
+    """
+    tensor_name, cacheable = naming.tensor_name("barrier", name)
+    op = _library.ops().tfring_barrier(tensor_name=tensor_name, cacheable=cacheable,
+                                       eager=tf.executing_eagerly())
+    return None if tf.executing_eagerly() or tf.inside_function() else op
+
+
+@_clean_eager_errors
 def broadcast(tensor, root_rank, name=None):
     """Returns root_rank's value of `tensor` on every rank."""
     tensor = tf.convert_to_tensor(tensor)
@@ -177,6 +247,26 @@ def broadcast_variables(variables, root_rank, name=None):
     assigns = [v.assign(broadcast(v, root_rank, name=f"{base}.{i}"))
                for i, v in enumerate(variables)]
     return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def broadcast_(variables, root_rank, name=None):
+    """In place: every variable of `variables` (one, or a list) takes root_rank's value.
+
+    Horovod's `broadcast_`. Returns the variables (the same objects), so it composes:
+    `v = tfring.broadcast_(v, 0)`. In a graph, run the returned variables' assignments
+    through their `.op`s or read them under a control dependency, as with any assign.
+    """
+    single = isinstance(variables, tf.Variable)
+    listed = [variables] if single else list(variables)
+    for v in listed:
+        if not isinstance(v, tf.Variable):
+            raise TypeError(f"broadcast_ works in place on tf.Variable objects; got "
+                            f"{type(v).__name__}. Use tfring.broadcast for tensors.")
+    base = name if name is not None else naming.tensor_name("broadcast_")[0]
+    _check_root(root_rank)
+    for i, v in enumerate(listed):
+        v.assign(broadcast(v, root_rank, name=f"{base}.{i}"))
+    return variables
 
 
 def allgather_object(obj, name=None):
@@ -229,16 +319,41 @@ def _grouped_allreduce_grad(op, *grads):
                              postscale_factor=op.get_attr("postscale_factor"))
 
 
-@tf.RegisterGradient("TfringAllgather")
-def _allgather_grad(op, grad):
+def _gathered_input_grad(my_input, grad):
     # d(loss)/d(my rows) = the sum over ranks of their upstream gradient for my rows.
     grad = allreduce(grad, op=Sum)
-    my_rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    my_rows = tf.shape(my_input, out_type=tf.int64)[:1]
     rows = allgather(my_rows)
     rank = tf.cast(runtime.rank_op(), tf.int64)
     start = tf.reduce_sum(rows[:rank])
     begin = tf.concat([[start], tf.zeros_like(tf.shape(grad, out_type=tf.int64)[1:])], 0)
-    return tf.slice(grad, begin, tf.shape(op.inputs[0], out_type=tf.int64))
+    return tf.slice(grad, begin, tf.shape(my_input, out_type=tf.int64))
+
+
+@tf.RegisterGradient("TfringAllgather")
+def _allgather_grad(op, grad):
+    return _gathered_input_grad(op.inputs[0], grad)
+
+
+@tf.RegisterGradient("TfringGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    return [_gathered_input_grad(x, g) for x, g in zip(op.inputs, grads)]
+
+
+@tf.RegisterGradient("TfringReducescatter")
+def _reducescatter_grad(op, grad):
+    # out_r = f * op(x_0, ..., x_n)[block r]; for Sum and Average each x_q[block r] gets
+    # f * grad_r (f: the scale factors, and 1/size for Average): gather every rank's block.
+    reduce_op = op.get_attr("reduce_op")
+    if reduce_op not in (Average, Sum):
+        raise ValueError(f"tfring.reducescatter has a gradient for op=Average and Sum only, "
+                         f"not op={_OP_NAMES[reduce_op]}.")
+    gathered = allgather(grad)
+    factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if reduce_op == Average:
+        return gathered * tf.cast(factor, gathered.dtype) / tf.cast(runtime.size_op(),
+                                                                     gathered.dtype)
+    return gathered * tf.cast(factor, gathered.dtype) if factor != 1.0 else gathered
 
 
 @tf.RegisterGradient("TfringBroadcast")

@@ -50,7 +50,8 @@ InprocJob::InprocJob(int size, const Options& options,
       device = std::make_unique<StagingExecutor>(
           std::make_unique<FakeDeviceMemory>(device_counters),
           std::make_unique<HostExecutor>(std::make_unique<InprocBackend>(device_world, r), r,
-                                         size));
+                                         size),
+          r, size);
     }
     coordinators_.push_back(std::make_unique<Coordinator>(
         options,

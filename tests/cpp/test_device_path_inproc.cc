@@ -150,3 +150,55 @@ TFRING_TEST(DevicePath, WithoutADeviceExecutorGpuTensorsFailClearly) {
 }  // namespace
 }  // namespace testing
 }  // namespace tfring
+
+namespace tfring {
+namespace testing {
+namespace {
+
+// Reducescatter on host memory and staged from "GPU" memory: 7 rows over 2 and 3 ranks.
+TFRING_TEST(DevicePath, ReducescatterHostAndStaged) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    job.OnEveryRank([&](int rank) {
+      const std::vector<int64_t> rows = ReducescatterRows(7, size);
+      int64_t start = 0;
+      for (int r = 0; r < rank; ++r) start += rows[r];
+      for (const Placement& where : {Placement{}, kOnGpu0}) {
+        const std::string name = where.device < 0 ? "rs/host" : "rs/gpu";
+        Entry e;
+        auto in = std::make_shared<std::vector<char>>(
+            Encode(DataType::kFloat32, TestValues(DataType::kFloat32, rank, 14, 4)));
+        auto out = std::make_shared<std::vector<char>>(rows[rank] * 2 * sizeof(float) + 1);
+        auto done = std::make_shared<std::promise<Status>>();
+        auto status = done->get_future();
+        e.request.name = name;
+        e.request.kind = CollectiveKind::kReducescatter;
+        e.request.reduce_op = ReduceOp::kAverage;
+        e.request.shape = {7, 2};
+        e.request.on_device = where.device >= 0;
+        e.device = where.device;
+        e.input = in->data();
+        e.output = out->data();
+        e.done = [done, in, out](const Status& s) { done->set_value(s); };
+        job.rank(rank)->Enqueue(std::move(e));
+        ASSERT_TRUE(status.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+        const Status s = status.get();
+        ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+        const std::vector<double> all = ExpectedAllreduce(DataType::kFloat32, ReduceOp::kAverage,
+                                                          size, 14, 4);
+        const std::vector<double> want(all.begin() + start * 2,
+                                       all.begin() + (start + rows[rank]) * 2);
+        out->resize(rows[rank] * 2 * sizeof(float));
+        std::string why;
+        EXPECT_TRUE(AllClose(DataType::kFloat32, Decode(DataType::kFloat32, *out), want, &why))
+            << name << ": " << why;
+      }
+    });
+    EXPECT_EQ(counters.unwaited_reads.load(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring

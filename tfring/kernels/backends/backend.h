@@ -26,6 +26,10 @@ class Backend {
   // out = concatenation over ranks r of each rank's `in` (bytes_per_rank[r] bytes each).
   virtual Status Allgather(const void* in, void* out,
                            const std::vector<int64_t>& bytes_per_rank) = 0;
+  // out (counts[rank] elements) = this rank's block of op over ranks of in (the sum of
+  // counts elements, block r after block r-1). `op` is never kAverage.
+  virtual Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                               DataType dtype, ReduceOp op) = 0;
   // Every rank's `buffer` receives root's `bytes` bytes.
   virtual Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
 };

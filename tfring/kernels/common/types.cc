@@ -59,6 +59,8 @@ const char* CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kAllreduce: return "allreduce";
     case CollectiveKind::kAllgather: return "allgather";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kReducescatter: return "reducescatter";
   }
   return "unknown";
 }

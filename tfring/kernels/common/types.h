@@ -36,6 +36,10 @@ enum class CollectiveKind : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,
   kBroadcast = 2,
+  // No data: completes once every rank has submitted it (negotiation is the barrier).
+  kBarrier = 3,
+  // Reduce, then rank r keeps its block of rows (ReducescatterRows, message.h).
+  kReducescatter = 4,
 };
 
 size_t DataTypeSize(DataType dtype);

@@ -407,7 +407,9 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
     const auto started = SteadyClock::now();
     GroupExecutor* executor = head.on_device ? device_.get() : &host_;
     Status s;
-    if (executor == nullptr) {
+    if (head.kind == CollectiveKind::kBarrier) {
+      // Negotiation completed it: every rank has submitted it.
+    } else if (executor == nullptr) {
       s = Status::FailedPrecondition(
           "tensor '" + head.name + "' is in GPU memory, but this tfring build has no GPU path "
           "(built without NCCL; see BUILD.md, 'GPU (NCCL)')");
@@ -416,6 +418,8 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
         case CollectiveKind::kAllreduce: s = executor->Allreduce(es, head); break;
         case CollectiveKind::kAllgather: s = executor->Allgather(es, rs); break;
         case CollectiveKind::kBroadcast: s = executor->Broadcast(es, head); break;
+        case CollectiveKind::kBarrier: break;
+        case CollectiveKind::kReducescatter: s = executor->Reducescatter(es, head); break;
       }
     }
     TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "

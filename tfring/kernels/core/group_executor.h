@@ -31,6 +31,9 @@ class GroupExecutor {
   virtual Status Allgather(const std::vector<Entry*>& group,
                            const std::vector<const Response*>& rs) = 0;
   virtual Status Broadcast(const std::vector<Entry*>& group, const Response& r) = 0;
+  // Never fused: each entry is reduced and scattered on its own. Outputs are preallocated
+  // (this rank's ReducescatterRows of the input's rows).
+  virtual Status Reducescatter(const std::vector<Entry*>& group, const Response& r) = 0;
 
   // Where the executor records its phases (MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...).
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }

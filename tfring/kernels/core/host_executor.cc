@@ -151,4 +151,26 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   return Status::OK();
 }
 
+Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Response& r) {
+  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const size_t esize = DataTypeSize(r.dtype);
+  for (Entry* e : group) {
+    const int64_t row = RowBytes(e->request) / static_cast<int64_t>(esize);
+    std::vector<int64_t> counts = ReducescatterRows(e->request.shape[0], size_);
+    for (int64_t& c : counts) c *= row;
+    const int64_t total = NumElements(e->request.shape);
+    const void* in = e->input;
+    if (e->request.prescale_factor != 1.0) {
+      char* scaled = FusionBuffer(0, total * esize);
+      CopyBytes(scaled, e->input, total * esize);
+      ScaleInPlace(r.dtype, e->request.prescale_factor, scaled, total);
+      in = scaled;
+    }
+    Phase({e}, PhaseName("REDUCESCATTER"), Timeline::GroupArgs({e}, total * esize));
+    TFRING_RETURN_IF_ERROR(backend_->Reducescatter(in, e->output, counts, r.dtype, wire_op));
+    Postprocess(*e, r.reduce_op, e->output, counts[rank_]);
+  }
+  return Status::OK();
+}
+
 }  // namespace tfring

@@ -23,6 +23,7 @@ class HostExecutor : public GroupExecutor {
   Status Allgather(const std::vector<Entry*>& group,
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+  Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
 
   Backend* backend() { return backend_.get(); }
 

@@ -66,6 +66,12 @@ Status Corrupt(const char* what) {
 
 }  // namespace
 
+std::vector<int64_t> ReducescatterRows(int64_t rows, int size) {
+  std::vector<int64_t> out(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) ++out[r];
+  return out;
+}
+
 int64_t TensorBytes(const Request& r) {
   return NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
 }

@@ -47,6 +47,10 @@ struct Response {
   bool ok() const { return error.empty(); }
 };
 
+// How a reducescatter splits `rows` rows over `size` ranks (Horovod's split): as evenly as
+// possible, the first rows % size ranks taking one row more.
+std::vector<int64_t> ReducescatterRows(int64_t rows, int size);
+
 // Bytes of the whole tensor, and of one row (all dimensions but the first).
 int64_t TensorBytes(const Request& r);
 int64_t RowBytes(const Request& r);

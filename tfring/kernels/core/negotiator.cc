@@ -70,6 +70,8 @@ Response Negotiator::Validate(const Slot& slot) const {
   resp.postscale_factor = first.postscale_factor;
   resp.on_device = first.on_device;
   resp.cacheable = first.kind != CollectiveKind::kAllgather;  // gathered sizes may change
+  const bool reduces = first.kind == CollectiveKind::kAllreduce ||
+                       first.kind == CollectiveKind::kReducescatter;
   for (int r = 0; r < size_; ++r) {
     const Request& req = slot.by_rank[r];
     resp.cacheable = resp.cacheable && req.cacheable;
@@ -95,14 +97,14 @@ Response Negotiator::Validate(const Slot& slot) const {
       }
     } else if (req.shape != first.shape) {
       resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r, ShapeToString(req.shape));
-    } else if (first.kind == CollectiveKind::kAllreduce && req.reduce_op != first.reduce_op) {
+    } else if (reduces && req.reduce_op != first.reduce_op) {
       resp.error = Mismatch("reduce ops", n, 0, ReduceOpName(first.reduce_op), r,
                             ReduceOpName(req.reduce_op));
-    } else if (first.kind == CollectiveKind::kAllreduce &&
+    } else if (reduces &&
                req.prescale_factor != first.prescale_factor) {
       resp.error = Mismatch("prescale_factor", n, 0, Num(first.prescale_factor), r,
                             Num(req.prescale_factor));
-    } else if (first.kind == CollectiveKind::kAllreduce &&
+    } else if (reduces &&
                req.postscale_factor != first.postscale_factor) {
       resp.error = Mismatch("postscale_factor", n, 0, Num(first.postscale_factor), r,
                             Num(req.postscale_factor));

@@ -3,8 +3,8 @@
 namespace tfring {
 
 StagingExecutor::StagingExecutor(std::unique_ptr<DeviceMemory> memory,
-                                 std::unique_ptr<GroupExecutor> host)
-    : memory_(std::move(memory)), host_(std::move(host)) {}
+                                 std::unique_ptr<GroupExecutor> host, int rank, int size)
+    : memory_(std::move(memory)), host_(std::move(host)), rank_(rank), size_(size) {}
 
 Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged) {
   const size_t n = group.size();
@@ -26,6 +26,12 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
     // is allocated once its shape is known.
     twin.input = buffer.data();
     twin.output = e.request.kind == CollectiveKind::kAllgather ? nullptr : buffer.data();
+    if (e.request.kind == CollectiveKind::kReducescatter) {
+      std::vector<char>& out = staged->gathered[i];
+      out.resize(ReducescatterRows(e.request.shape[0], size_)[rank_] * RowBytes(e.request) + 1);
+      out.pop_back();  // +1 above: never a null data(), even for no rows
+      twin.output = out.data();
+    }
     staged->pointers.push_back(&twin);
   }
   return Status::OK();
@@ -34,7 +40,8 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
 Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged& staged) {
   Phase(group, "MEMCPY_HOST_TO_DEVICE");
   for (size_t i = 0; i < group.size(); ++i) {
-    const bool gathered = group[i]->request.kind == CollectiveKind::kAllgather;
+    const bool gathered = group[i]->request.kind == CollectiveKind::kAllgather ||
+                          group[i]->request.kind == CollectiveKind::kReducescatter;
     const std::vector<char>& result = gathered ? staged.gathered[i] : staged.buffers[i];
     TFRING_RETURN_IF_ERROR(memory_->CopyToDevice(group[i]->output, result.data(),
                                                  static_cast<int64_t>(result.size()),
@@ -80,6 +87,13 @@ Status StagingExecutor::Broadcast(const std::vector<Entry*>& group, const Respon
   Staged staged;
   TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
   TFRING_RETURN_IF_ERROR(host_->Broadcast(staged.pointers, r));
+  return StageOut(group, staged);
+}
+
+Status StagingExecutor::Reducescatter(const std::vector<Entry*>& group, const Response& r) {
+  Staged staged;
+  TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  TFRING_RETURN_IF_ERROR(host_->Reducescatter(staged.pointers, r));
   return StageOut(group, staged);
 }
 

@@ -17,13 +17,15 @@ namespace tfring {
 
 class StagingExecutor : public GroupExecutor {
  public:
-  StagingExecutor(std::unique_ptr<DeviceMemory> memory, std::unique_ptr<GroupExecutor> host);
+  StagingExecutor(std::unique_ptr<DeviceMemory> memory, std::unique_ptr<GroupExecutor> host,
+                  int rank, int size);
 
   const char* name() const override { return "MPI (staged through host memory)"; }
   Status Allreduce(const std::vector<Entry*>& group, const Response& r) override;
   Status Allgather(const std::vector<Entry*>& group,
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+  Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
   void set_timeline(Timeline* timeline) override {
     timeline_ = timeline;
     host_->set_timeline(timeline);
@@ -34,7 +36,7 @@ class StagingExecutor : public GroupExecutor {
   struct Staged {
     std::vector<Entry> entries;
     std::vector<std::vector<char>> buffers;   // each input, copied to the host
-    std::vector<std::vector<char>> gathered;  // allgather: each gathered output
+    std::vector<std::vector<char>> gathered;  // allgather, reducescatter: each output
     std::vector<Entry*> pointers;
   };
   // Waits for each input, copies it to its twin's buffer.
@@ -43,6 +45,7 @@ class StagingExecutor : public GroupExecutor {
 
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<GroupExecutor> host_;
+  const int rank_, size_;
 };
 
 }  // namespace tfring

@@ -36,7 +36,8 @@ Status NewDeviceExecutor(const Options& options, const ProcessLayout& layout,
   if (options.gpu_operations_through_mpi) {
     *out = std::make_unique<StagingExecutor>(
         std::make_unique<CudaMemory>(),
-        std::make_unique<HostExecutor>(std::move(world), layout.rank, layout.size));
+        std::make_unique<HostExecutor>(std::move(world), layout.rank, layout.size), layout.rank,
+        layout.size);
     return Status::OK();
   }
   std::unique_ptr<MpiBackend> local, cross;

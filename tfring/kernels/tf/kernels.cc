@@ -133,34 +133,43 @@ class AllgatherOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Tensor& input = ctx->input(0);
-    Entry e;
-    e.request.name = name_;
-    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
-    if (input.dims() == 0) {
-      TFRING_FAIL_ASYNC(ctx,
-                        absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
-                                                   name_ + "' is a scalar"),
-                        done);
+    const int n = ctx->num_inputs();
+    std::vector<Entry> entries(n);
+    int64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& input = ctx->input(i);
+      Entry& e = entries[i];
+      e.request.name = n == 1 ? name_ : name_ + "." + std::to_string(i);
+      if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+      if (input.dims() == 0) {
+        TFRING_FAIL_ASYNC(ctx,
+                          absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
+                                                     e.request.name + "' is a scalar"),
+                          done);
+      }
+      e.request.kind = CollectiveKind::kAllgather;
+      e.request.shape = ShapeOf(input);
+      e.request.cacheable = false;
+      e.input = DataOf(input);
+      e.allocate_output = [ctx, i](const Shape& shape, void** buffer) -> Status {
+        tensorflow::TensorShape tf_shape;
+        for (int64_t d : shape) tf_shape.AddDim(d);
+        Tensor* output = nullptr;
+        absl::Status s = ctx->allocate_output(i, tf_shape, &output);
+        if (!s.ok()) return Status::Internal("allocating the allgather output: " + s.ToString());
+        *buffer = MutableDataOf(output);
+        return Status::OK();
+      };
+      bytes += input.TotalBytes();
     }
-    e.request.kind = CollectiveKind::kAllgather;
-    e.request.shape = ShapeOf(input);
-    e.request.cacheable = false;
-    e.input = DataOf(input);
-    e.allocate_output = [ctx](const Shape& shape, void** buffer) -> Status {
-      tensorflow::TensorShape tf_shape;
-      for (int64_t d : shape) tf_shape.AddDim(d);
-      Tensor* output = nullptr;
-      absl::Status s = ctx->allocate_output(0, tf_shape, &output);
-      if (!s.ok()) return Status::Internal("allocating the allgather output: " + s.ToString());
-      *buffer = MutableDataOf(output);
-      return Status::OK();
-    };
+    if (n == 0) return done();
     auto completion = KernelCompletion::Create(
-        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
-    e.eager = eager_;
-    e.done = KernelCompletion::EntryCallback(completion);
-    Submit<kOnGpu>(ctx, std::move(e));
+        ctx, done, n, eager_ && bytes <= KernelCompletion::kInlineWaitMaxBytes);
+    for (Entry& e : entries) {
+      e.eager = eager_;
+      e.done = KernelCompletion::EntryCallback(completion);
+      Submit<kOnGpu>(ctx, std::move(e));
+    }
     completion->WaitInline();
   }
 
@@ -221,6 +230,102 @@ class BroadcastOp : public AsyncOpKernel {
   bool eager_;
 };
 
+template <bool kOnGpu>
+class ReducescatterOp : public AsyncOpKernel {
+ public:
+  explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+    OP_REQUIRES(c, IsValidReduceOp(reduce_op_),
+                absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op_)));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    Entry e;
+    e.request.name = name_;
+    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    if (input.dims() == 0) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
+                                                   name_ + "' is a scalar"),
+                        done);
+    }
+    if (!IsFloatingPoint(e.request.dtype) && (prescale_ != 1.0f || postscale_ != 1.0f)) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::InvalidArgumentError(
+                            "prescale_factor and postscale_factor apply to floating-point "
+                            "tensors only; '" + name_ + "' is " + DataTypeName(e.request.dtype)),
+                        done);
+    }
+    e.request.kind = CollectiveKind::kReducescatter;
+    e.request.reduce_op = static_cast<ReduceOp>(reduce_op_);
+    e.request.prescale_factor = prescale_;
+    e.request.postscale_factor = postscale_;
+    e.request.shape = ShapeOf(input);
+    e.request.cacheable = cacheable_;
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    tensorflow::TensorShape out_shape = input.shape();
+    out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), layout.size)[layout.rank]);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
+    e.input = DataOf(input);
+    e.output = MutableDataOf(output);
+    auto completion = KernelCompletion::Create(
+        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
+    Submit<kOnGpu>(ctx, std::move(e));
+    completion->WaitInline();
+  }
+
+ private:
+  int reduce_op_;
+  float prescale_, postscale_;
+  std::string name_;
+  bool cacheable_;
+  bool eager_;
+};
+
+// Completes once every rank has submitted a barrier of the same name.
+class BarrierOp : public AsyncOpKernel {
+ public:
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    if (!GlobalRuntime::Get().initialized()) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::FailedPreconditionError(
+                            "tfring has not been initialized: call tfring.init() before "
+                            "running '" + name_ + "'"),
+                        done);
+    }
+    Entry e;
+    e.request.name = name_;
+    e.request.kind = CollectiveKind::kBarrier;
+    e.request.dtype = DataType::kUInt8;
+    e.request.cacheable = cacheable_;
+    auto completion = KernelCompletion::Create(ctx, done, 1, eager_);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
+    GlobalRuntime::Get().Enqueue(std::move(e));
+    completion->WaitInline();
+  }
+
+ private:
+  std::string name_;
+  bool cacheable_;
+  bool eager_;
+};
+
 template <int ProcessLayout::*Field>
 class LayoutOp : public tensorflow::OpKernel {
  public:
@@ -240,6 +345,9 @@ using tensorflow::DEVICE_CPU;
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_CPU), ReducescatterOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp<false>);
 #if TFRING_WITH_NCCL
 // Builds without NCCL register no GPU kernels: TensorFlow then runs these ops on the CPU
@@ -248,6 +356,8 @@ using tensorflow::DEVICE_GPU;
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_GPU), ReducescatterOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU), BroadcastOp<true>);
 #endif
 REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::size>);

@@ -66,6 +66,53 @@ REGISTER_OP("TfringAllgather")
     })
     .Doc("Concatenates every rank's `tensor` along the first dimension, in rank order.");
 
+REGISTER_OP("TfringReducescatter")
+    .Attr("T: " TFRING_REDUCIBLE_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string")
+    .Attr("cacheable: bool = true")
+    .Attr("eager: bool = false")
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in, out;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc("Reduces `tensor` over all ranks; rank r receives its block of the first dimension "
+         "(as even as possible, lower ranks taking the remainder).");
+
+REGISTER_OP("TfringGroupedAllgather")
+    .Attr("T: list(" TFRING_ALL_TYPES ")")
+    .Attr("tensor_name: string")
+    .Attr("eager: bool = false")
+    .Input("tensors: T")
+    .Output("gathered: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) {
+        ShapeHandle in, out;
+        TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &in));
+        TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+        c->set_output(i, out);
+      }
+      return absl::OkStatus();
+    })
+    .Doc("Allgathers every tensor, submitted together so they are fused.");
+
+REGISTER_OP("TfringBarrier")
+    .Attr("tensor_name: string")
+    .Attr("cacheable: bool = true")
+    .Attr("eager: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Completes once every rank has reached a barrier of the same name.");
+
 REGISTER_OP("TfringBroadcast")
     .Attr("T: " TFRING_ALL_TYPES)
     .Attr("root_rank: int")

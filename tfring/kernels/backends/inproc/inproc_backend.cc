@@ -50,4 +50,19 @@ Status InprocBackend::Broadcast(void* buffer, int64_t bytes, int root) {
   });
 }
 
+Status InprocBackend::Reducescatter(const void* in, void* out,
+                                    const std::vector<int64_t>& counts, DataType dtype,
+                                    ReduceOp op) {
+  int64_t total = 0, offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (static_cast<int>(r) < rank_) offset += counts[r];
+    total += counts[r];
+  }
+  std::vector<char> reduced(static_cast<size_t>(total) * DataTypeSize(dtype) + 1);
+  TFRING_RETURN_IF_ERROR(Allreduce(in, reduced.data(), total, dtype, op));
+  const size_t esize = DataTypeSize(dtype);
+  if (counts[rank_] > 0) std::memcpy(out, reduced.data() + offset * esize, counts[rank_] * esize);
+  return Status::OK();
+}
+
 }  // namespace tfring

@@ -21,6 +21,8 @@ class InprocBackend : public Backend {
                    ReduceOp op) override;
   Status Allgather(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buffer, int64_t bytes, int root) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                       DataType dtype, ReduceOp op) override;
 
  private:
   std::shared_ptr<InprocWorld> world_;

@@ -89,4 +89,22 @@ Status MpiBackend::Broadcast(void* buffer, int64_t bytes, int root) {
   return Status::OK();
 }
 
+Status MpiBackend::Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                                 DataType dtype, ReduceOp op) {
+  const bool is_half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  const MPI_Datatype type = is_half ? half_.type(dtype) : NativeType(dtype);
+  const MPI_Op mpi_op = is_half ? half_.op(dtype, op) : NativeOp(op);
+  std::vector<int> recvcounts(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] > INT_MAX) {
+      return Status::InvalidArgument("reducescatter blocks of more than 2^31-1 elements are "
+                                     "not supported (rank " + std::to_string(r) + " would get " +
+                                     std::to_string(counts[r]) + ")");
+    }
+    recvcounts[r] = static_cast<int>(counts[r]);
+  }
+  TFRING_MPI_CHECK(MPI_Reduce_scatter(in, out, recvcounts.data(), type, mpi_op, comm_));
+  return Status::OK();
+}
+
 }  // namespace tfring

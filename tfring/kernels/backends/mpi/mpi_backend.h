@@ -22,6 +22,8 @@ class MpiBackend : public Backend {
                    ReduceOp op) override;
   Status Allgather(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buffer, int64_t bytes, int root) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                       DataType dtype, ReduceOp op) override;
 
   // Call when a peer is lost: the communicator must then not be freed.
   void Abandon() { abandoned_ = true; }

@@ -528,4 +528,66 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
                   r.name + "'");
 }
 
+Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Response& r) {
+  TFRING_RETURN_IF_ERROR(EnsureReady(group));
+  TFRING_RETURN_IF_ERROR(WaitInputs(group));
+  const size_t esize = DataTypeSize(r.dtype);
+  const ncclDataType_t type = NcclType(r.dtype);
+  for (Entry* e : group) {
+    const int64_t row = RowBytes(e->request) / static_cast<int64_t>(esize);
+    std::vector<int64_t> counts = ReducescatterRows(e->request.shape[0], layout_.size);
+    for (int64_t& c : counts) c *= row;
+    const int64_t total = NumElements(e->request.shape);
+    Reduction plan;
+    TFRING_RETURN_IF_ERROR(PlanReduction(r, world_, &plan));
+    const char* in = static_cast<const char*>(e->input);
+    Status s;
+    if (plan.prescale_on_host != 1.0) {
+      char* scaled = nullptr;
+      s = DeviceBuffer(0, total * esize, &scaled);
+      if (s.ok()) s = CopyAsync(scaled, in, total * esize);
+      if (s.ok()) {
+        s = ThroughHost(scaled, total * esize, "prescale it", [&](char* host) {
+          ScaleInPlace(r.dtype, plan.prescale_on_host, host, total);
+          return Status::OK();
+        });
+      }
+      in = scaled;
+    }
+    Phase({e}, "NCCL_REDUCESCATTER", Timeline::GroupArgs({e}, total * esize));
+    bool even = true;
+    for (int64_t c : counts) even = even && c == counts[0];
+    if (s.ok() && even && counts[0] > 0) {
+      s = Launched(ncclReduceScatter(in, e->output, counts[0], type, plan.op, world_.comm, stream_),
+                   "ncclReduceScatter", {&world_});
+    } else if (s.ok() && !even) {
+      // Uneven blocks: a reduce of each rank's block onto that rank, in one NCCL group.
+      const ncclResult_t start = ncclGroupStart();
+      ncclResult_t rc = start;
+      int64_t offset = 0;
+      for (int q = 0; q < layout_.size && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+        rc = ncclReduce(in + offset * esize, e->output, counts[q], type, plan.op, q, world_.comm,
+                        stream_);
+        offset += counts[q];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      s = Launched(rc, "ncclReduce", {&world_});
+      if (s.ok()) s = Launched(end, "ncclGroupEnd", {&world_});
+    }
+    if (plan.premulsum && broken_.ok()) ncclRedOpDestroy(plan.op, world_.comm);
+    TFRING_RETURN_IF_ERROR(s);
+    const int64_t mine = counts[layout_.rank];
+    if (plan.floor_divide_on_host || plan.postscale_on_host != 1.0) {
+      TFRING_RETURN_IF_ERROR(ThroughHost(e->output, mine * esize, "average or postscale it",
+                                         [&](char* host) {
+        if (plan.floor_divide_on_host) FloorDivideInPlace(r.dtype, layout_.size, host, mine);
+        if (plan.postscale_on_host != 1.0) ScaleInPlace(r.dtype, plan.postscale_on_host, host, mine);
+        return Status::OK();
+      }));
+    }
+    TFRING_RETURN_IF_ERROR(Complete("NCCL reducescatter of '" + e->request.name + "'"));
+  }
+  return Status::OK();
+}
+
 }  // namespace tfring

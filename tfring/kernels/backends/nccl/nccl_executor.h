@@ -56,6 +56,7 @@ class NcclExecutor : public GroupExecutor {
   Status Allgather(const std::vector<Entry*>& group,
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
+  Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
 
  private:
   struct Comm {

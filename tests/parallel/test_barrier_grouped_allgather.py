@@ -1,0 +1,86 @@
+"""grouped_allgather, barrier and broadcast_ against numpy, in every mode."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from _util import MODES, rank_input, run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grouped_allgather_mixed_dtypes_uneven_rows(mode, rank, size):
+    a = rank_input(rank, (rank + 1, 3), tf.float32)
+    b = rank_input(rank, (2 * rank, 2), tf.int64)  # rank 0 sends no rows
+    c = rank_input(rank, (2,), tf.bool)
+    got = run(mode, lambda x, y, z: tfring.grouped_allgather([x, y, z], name=f"gag.{mode}"),
+              a, b, c)
+    want = [np.concatenate([rank_input(r, (r + 1, 3), tf.float32) for r in range(size)]),
+            np.concatenate([rank_input(r, (2 * r, 2), tf.int64) for r in range(size)]),
+            np.concatenate([rank_input(r, (2,), tf.bool) for r in range(size)])]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_grouped_allgather_gradient(rank, size):
+    x = tf.constant(rank_input(rank, (rank + 1, 2), tf.float32))
+    y = tf.constant(rank_input(rank, (3,), tf.float64))
+    with tf.GradientTape() as tape:
+        tape.watch([x, y])
+        gx, gy = tfring.grouped_allgather([x, y], name="gag.grad")
+        loss = tf.reduce_sum(gx * 2.0) + tf.cast(tf.reduce_sum(gy * 3.0), tf.float32)
+    dx, dy = tape.gradient(loss, [x, y])
+    # Every rank's loss counts my rows once: summed over ranks, the gradient is size * factor.
+    np.testing.assert_array_equal(dx.numpy(), np.full((rank + 1, 2), 2.0 * size))
+    np.testing.assert_array_equal(dy.numpy(), np.full(3, 3.0 * size))
+
+
+def test_grouped_allgather_rejects_scalars():
+    with pytest.raises(ValueError, match="'gag.scalar.1' is a scalar"):
+        tfring.grouped_allgather([tf.ones([2]), tf.constant(1.0)], name="gag.scalar")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_barrier_waits_for_every_rank(mode, rank, size):
+    def wait():
+        return tfring.barrier(name=f"barrier.{mode}")
+    step = tf.function(wait) if mode == "function" else wait
+    step()  # line everyone up first
+    if rank == size - 1:
+        time.sleep(0.5)
+    start = time.time()
+    step()
+    waited = time.time() - start
+    if rank == 0:
+        assert waited >= 0.4, waited  # it waited for the late rank
+    # And everyone got past it: a collective after it works.
+    np.testing.assert_array_equal(
+        tfring.allreduce(tf.ones([2]), op=tfring.Sum, name=f"after.{mode}").numpy(),
+        np.full(2, float(size)))
+
+
+def test_broadcast_in_place_on_variables(rank, size):
+    root = size - 1
+    v = tf.Variable(tf.fill([3], float(rank)))
+    w = tf.Variable(tf.fill([2, 2], rank), dtype=tf.int32)
+    same = tfring.broadcast_([v, w], root_rank=root, name="bcast_")
+    assert same[0] is v and same[1] is w
+    np.testing.assert_array_equal(v.numpy(), np.full(3, float(root)))
+    np.testing.assert_array_equal(w.numpy(), np.full((2, 2), root))
+    single = tf.Variable([float(rank)])
+    assert tfring.broadcast_(single, 0, name="bcast_.single") is single
+    assert single.numpy()[0] == 0.0
+    with pytest.raises(TypeError, match="broadcast_ works in place on tf.Variable"):
+        tfring.broadcast_([tf.ones([2])], 0)
+
+
+def test_barrier_in_a_tf1_graph(rank, size):
+    with tf.Graph().as_default():
+        op = tfring.barrier(name="barrier.graph")
+        assert isinstance(op, tf.Operation)
+        with tf.compat.v1.Session() as session:
+            for _ in range(3):
+                session.run(op)

@@ -1,0 +1,84 @@
+"""reducescatter and grouped_reducescatter against numpy: uneven splits, every op, modes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from _util import MODES, rank_input, run
+
+OPS = {"Sum": tfring.Sum, "Average": tfring.Average, "Min": tfring.Min, "Max": tfring.Max,
+       "Product": tfring.Product}
+
+
+def blocks(rows, size):
+    """Horovod's split: as even as possible, lower ranks first."""
+    counts = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    starts = np.cumsum([0] + counts)
+    return [(starts[r], starts[r + 1]) for r in range(size)]
+
+
+def reduced(op_name, dtype, shape, size):
+    stack = np.stack([rank_input(r, shape, dtype, low=-2, high=3).astype(np.float64)
+                      for r in range(size)])
+    if op_name == "Average":
+        total = stack.sum(0)
+        return np.floor(total / size) if dtype.is_integer else total / size
+    return {"Sum": stack.sum, "Min": stack.min, "Max": stack.max, "Product": stack.prod}[op_name](0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.int32, tf.float16], ids=lambda d: d.name)
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_reducescatter_uneven_rows(op_name, dtype, mode, rank, size):
+    shape = (7, 3)  # 7 rows: uneven over 2 and 3 ranks
+    x = rank_input(rank, shape, dtype, low=-2, high=3)
+    got = run(mode, lambda t: tfring.reducescatter(t, op=OPS[op_name],
+                                                   name=f"rs.{op_name}.{dtype.name}.{mode}"), x)
+    start, end = blocks(7, size)[rank]
+    want = reduced(op_name, dtype, shape, size)[start:end]
+    assert got.shape == (end - start, 3)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3)
+
+
+def test_reducescatter_scale_factors_and_fewer_rows_than_ranks(rank, size):
+    x = tf.constant(rank_input(rank, (4, 2), tf.float64, low=-2, high=3))
+    got = tfring.reducescatter(x, op=tfring.Sum, prescale_factor=2.0, postscale_factor=0.5,
+                               name="rs.scaled").numpy()
+    start, end = blocks(4, size)[rank]
+    np.testing.assert_allclose(got, reduced("Sum", tf.float64, (4, 2), size)[start:end])
+    one = tfring.reducescatter(tf.ones([1, 2]), op=tfring.Sum, name="rs.one").numpy()
+    assert one.shape == ((1, 2) if rank == 0 else (0, 2))  # rank 0 alone gets the row
+
+
+def test_grouped_reducescatter(rank, size):
+    a = rank_input(rank, (5,), tf.float32)
+    b = rank_input(rank, (3, 2), tf.int64)
+    got = tfring.grouped_reducescatter([a, b], op=tfring.Sum, name="grs")
+    for g, x, rows in zip(got, (a, b), (5, 3)):
+        start, end = blocks(rows, size)[rank]
+        total = np.sum([rank_input(r, x.shape, tf.as_dtype(x.dtype)) for r in range(size)], 0)
+        np.testing.assert_array_equal(g.numpy(), total[start:end])
+
+
+@pytest.mark.parametrize("op_name", ["Sum", "Average"])
+def test_reducescatter_gradient(op_name, rank, size):
+    x = tf.constant(rank_input(rank, (5, 2), tf.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = tfring.reducescatter(x, op=OPS[op_name], prescale_factor=3.0,
+                                   name=f"rs.grad.{op_name}")
+        loss = tf.reduce_sum(out * 2.0)  # every rank: 2 * its block
+    grad = tape.gradient(loss, x).numpy()
+    # d(sum over ranks of their losses)/dx: every row appears in exactly one rank's block.
+    want = 2.0 * 3.0 / (size if op_name == "Average" else 1)
+    np.testing.assert_allclose(grad, np.full((5, 2), want), rtol=1e-6)
+
+
+def test_reducescatter_errors(rank, size):
+    with pytest.raises(ValueError, match="'rs.scalar' is a scalar"):
+        tfring.reducescatter(tf.constant(1.0), name="rs.scalar")
+    rows = 4 if rank == 0 else 5
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Mismatched shapes for tensor 'rs.mismatch': rank 0 sent \[4\]"):
+        tfring.reducescatter(tf.ones([rows]), name="rs.mismatch")
