@@ -18,9 +18,9 @@ _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 from tfring._library import build_info  # noqa: E402
 from tfring.collectives import (  # noqa: E402
-    Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, barrier, broadcast,
-    broadcast_, broadcast_object, broadcast_variables, grouped_allgather, grouped_allreduce,
-    grouped_reducescatter, reducescatter)
+    Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, alltoall, barrier,
+    broadcast, broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
+    grouped_allreduce, grouped_reducescatter, reducescatter)
 from tfring.compression import Compression  # noqa: E402
 from tfring.gradient_tape import DistributedGradientTape  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
@@ -38,7 +38,7 @@ __all__ = [
     "cross_size", "cross_rank", "mpi_built", "nccl_built", "mpi_threads_supported",
     "mpi_version", "build_info", "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",
-    "grouped_reducescatter", "broadcast",
+    "grouped_reducescatter", "alltoall", "broadcast",
     "broadcast_", "barrier", "broadcast_variables",
     "allgather_object", "broadcast_object",
     "Compression", "DistributedOptimizer", "DistributedGradientTape",

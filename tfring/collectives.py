@@ -1,5 +1,6 @@
 """Collective operations on tensors: allreduce, grouped_allreduce, allgather,
-grouped_allgather, reducescatter, grouped_reducescatter, broadcast, broadcast_, barrier.
+grouped_allgather, reducescatter, grouped_reducescatter, alltoall, broadcast, broadcast_,
+barrier.
 
 Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient. The data
 goes from the op's C++ kernel to the runtime and MPI without passing through Python.
@@ -214,6 +215,39 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
 
 
 @_clean_eager_errors
+def alltoall(tensor, splits=None, name=None):
+    """Sends rows of `tensor` to every rank; returns what every rank sent this one.
+
+    Args:
+        tensor: rows (first dimension) to scatter; the other dimensions must agree.
+        splits: how many rows go to each rank, in rank order (a list or 1-D integer tensor
+            of size() values adding up to the first dimension). None: equal parts, which
+            needs the first dimension to be divisible by size().
+        name: the name that pairs this tensor across ranks.
+
+    Returns:
+        (received, received_splits): the rows every rank sent here, in rank order, and how
+        many came from each (int64).
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    tensor_name, _ = naming.tensor_name("alltoall", name)
+    _check_dtype(tensor, _GATHERABLE, "alltoall", tensor_name)
+    if tensor.shape.rank == 0:
+        raise ValueError(f"alltoall needs a tensor of rank >= 1; '{tensor_name}' is a scalar.")
+    if splits is None:
+        rows = tf.shape(tensor, out_type=tf.int64)[0]
+        size = tf.cast(runtime.size_op(), tf.int64)
+        if tensor.shape[0] is not None and runtime.is_initialized() and \
+                tensor.shape[0] % runtime.size() != 0:
+            raise ValueError(f"alltoall '{tensor_name}': {tensor.shape[0]} rows do not split "
+                             f"evenly over {runtime.size()} ranks; pass splits=")
+        splits = tf.fill([size], rows // size)
+    splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
+    return tuple(_library.ops().tfring_alltoall(tensor, splits, tensor_name=tensor_name,
+                                                eager=tf.executing_eagerly()))
+
+
+@_clean_eager_errors
 def barrier(name=None):
     """Blocks until every rank has called `barrier` (with the same name).
 
@@ -354,6 +388,14 @@ def _reducescatter_grad(op, grad):
         return gathered * tf.cast(factor, gathered.dtype) / tf.cast(runtime.size_op(),
                                                                      gathered.dtype)
     return gathered * tf.cast(factor, gathered.dtype) if factor != 1.0 else gathered
+
+
+@tf.RegisterGradient("TfringAlltoall")
+def _alltoall_grad(op, grad, _received_splits_grad):
+    # The rows I received from rank q came from q's rows sent to me: send the gradient back
+    # the same way, with the received splits as the splits.
+    back, _ = alltoall(grad, splits=op.outputs[1])
+    return back, None
 
 
 @tf.RegisterGradient("TfringBroadcast")

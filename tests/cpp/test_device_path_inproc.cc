@@ -202,3 +202,58 @@ TFRING_TEST(DevicePath, ReducescatterHostAndStaged) {
 }  // namespace
 }  // namespace testing
 }  // namespace tfring
+
+namespace tfring {
+namespace testing {
+namespace {
+
+// Alltoall staged from "GPU" memory: rank q sends q + r + 1 rows of one int32 to rank r.
+TFRING_TEST(DevicePath, AlltoallStaged) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    job.OnEveryRank([&](int rank) {
+      Entry e;
+      std::vector<int32_t> in;
+      for (int r = 0; r < size; ++r) {
+        e.request.splits.push_back(rank + r + 1);
+        for (int i = 0; i < rank + r + 1; ++i) in.push_back(100 * rank + r);
+      }
+      auto out = std::make_shared<std::vector<int32_t>>();
+      auto received = std::make_shared<std::vector<int64_t>>();
+      auto done = std::make_shared<std::promise<Status>>();
+      auto status = done->get_future();
+      e.request.name = "a2a";
+      e.request.kind = CollectiveKind::kAlltoall;
+      e.request.dtype = DataType::kInt32;
+      e.request.shape = {static_cast<int64_t>(in.size())};
+      e.request.on_device = true;
+      e.device = 0;
+      e.input = in.data();
+      e.set_received_splits = [received](const std::vector<int64_t>& r) {
+        *received = r;
+        return Status::OK();
+      };
+      e.allocate_output = [out](const Shape& shape, void** buffer) {
+        out->resize(shape[0] + 1);
+        *buffer = out->data();
+        out->resize(shape[0]);
+        return Status::OK();
+      };
+      e.done = [done](const Status& s) { done->set_value(s); };
+      job.rank(rank)->Enqueue(std::move(e));
+      ASSERT_TRUE(status.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+      ASSERT_TRUE(status.get().ok());
+      std::vector<int32_t> want;
+      for (int q = 0; q < size; ++q) {
+        EXPECT_EQ((*received)[q], q + rank + 1);
+        for (int i = 0; i < q + rank + 1; ++i) want.push_back(100 * q + rank);
+      }
+      EXPECT_TRUE(*out == want) << "rank " << rank;
+    });
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring

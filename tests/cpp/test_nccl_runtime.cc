@@ -156,8 +156,14 @@ OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const
   cudaEvent_t ready;
   cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
   cudaEventRecord(ready, g_producer);
+  int64_t out_bytes = bytes;
+  if (how.kind == CollectiveKind::kReducescatter) {
+    const int64_t rows = ReducescatterRows(shape[0], Size())[Rank()];
+    op->output_shape[0] = rows;
+    out_bytes = shape[0] == 0 ? 0 : bytes / shape[0] * rows;
+  }
   auto out = std::make_shared<void*>(how.kind == CollectiveKind::kAllgather ? nullptr
-                                                                           : DeviceAlloc(bytes));
+                                                                           : DeviceAlloc(out_bytes));
   Entry e;
   e.request.name = name;
   e.request.kind = how.kind;
@@ -320,6 +326,27 @@ TFRING_TEST(NcclRuntime, HierarchicalAllreduceMatchesFlat) {
       }
       for (int i = 0; i < 3; ++i) ExpectAllreduced(ops[i], op, Size(), salt + i);
       salt += 3;
+    }
+  }
+}
+
+TFRING_TEST(NcclRuntime, ReducescatterUnevenAndEven) {
+  for (int64_t rows : {int64_t{7}, int64_t{2} * Size()}) {  // uneven (grouped ncclReduce), even
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+      const std::string name = "rs/" + std::to_string(rows) + "/" + ReduceOpName(op);
+      OpPtr p = SubmitOnGpu(g_flat.get(), name, DataType::kFloat32, {rows, 2},
+                            TestValues(DataType::kFloat32, Rank(), rows * 2, 7),
+                            {CollectiveKind::kReducescatter, op});
+      const Status s = WaitFor(p);
+      ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+      const std::vector<int64_t> split = ReducescatterRows(rows, Size());
+      int64_t start = 0;
+      for (int r = 0; r < Rank(); ++r) start += split[r];
+      const std::vector<double> all = ExpectedAllreduce(DataType::kFloat32, op, Size(), rows * 2, 7);
+      const std::vector<double> want(all.begin() + start * 2,
+                                     all.begin() + (start + split[Rank()]) * 2);
+      std::string why;
+      EXPECT_TRUE(AllClose(DataType::kFloat32, p->Result(), want, &why)) << name << ": " << why;
     }
   }
 }

@@ -30,6 +30,10 @@ class Backend {
   // counts elements, block r after block r-1). `op` is never kAverage.
   virtual Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                                DataType dtype, ReduceOp op) = 0;
+  // Sends send_bytes[r] bytes of `in` (blocks in rank order) to each rank r, and receives
+  // recv_bytes[r] bytes from each into `out` (blocks in rank order).
+  virtual Status Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                          const std::vector<int64_t>& recv_bytes) = 0;
   // Every rank's `buffer` receives root's `bytes` bytes.
   virtual Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
 };

@@ -61,6 +61,7 @@ const char* CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kReducescatter: return "reducescatter";
+    case CollectiveKind::kAlltoall: return "alltoall";
   }
   return "unknown";
 }

@@ -40,6 +40,8 @@ enum class CollectiveKind : uint8_t {
   kBarrier = 3,
   // Reduce, then rank r keeps its block of rows (ReducescatterRows, message.h).
   kReducescatter = 4,
+  // Rank q sends rows splits[r] of its tensor to rank r (Request::splits).
+  kAlltoall = 5,
 };
 
 size_t DataTypeSize(DataType dtype);

@@ -420,6 +420,7 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
         case CollectiveKind::kBroadcast: s = executor->Broadcast(es, head); break;
         case CollectiveKind::kBarrier: break;
         case CollectiveKind::kReducescatter: s = executor->Reducescatter(es, head); break;
+        case CollectiveKind::kAlltoall: s = executor->Alltoall(es, head); break;
       }
     }
     TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/core/message.h"
@@ -33,6 +34,8 @@ struct Entry {
   // Allgather only: allocates the output for `shape` (known after negotiation) and returns
   // its buffer. Called on the background thread.
   std::function<Status(const Shape& shape, void** buffer)> allocate_output;
+  // Alltoall only: receives the rows this rank gets from each rank, before allocate_output.
+  std::function<Status(const std::vector<int64_t>& received)> set_received_splits;
   // Set for eager ops: their caller waits for this op alone, so the runtime starts it at
   // once. Ops from graphs (tf.function, TF1) come in bursts, and the runtime waits for the
   // burst to end (TFRING_BATCH_GAP_US) so that its tensors are fused.

@@ -7,7 +7,9 @@ namespace {
 
 bool Compatible(const Response& a, const Response& b) {
   if (a.kind != b.kind || a.dtype != b.dtype || a.on_device != b.on_device) return false;
-  if (a.kind == CollectiveKind::kReducescatter) return false;  // each goes alone
+  if (a.kind == CollectiveKind::kReducescatter || a.kind == CollectiveKind::kAlltoall) {
+    return false;  // each goes alone
+  }
   if (a.kind == CollectiveKind::kAllreduce) {
     // The device executor folds the scale factors into the reduction of the whole buffer.
     return a.reduce_op == b.reduce_op && (!a.on_device || (a.prescale_factor == b.prescale_factor &&

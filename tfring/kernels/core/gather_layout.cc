@@ -28,4 +28,19 @@ Shape GatheredShape(const Entry& e, const Response& r) {
   return shape;
 }
 
+AlltoallLayout PlanAlltoall(const Entry& e, const Response& r, int rank, int size) {
+  AlltoallLayout l;
+  const int64_t row = RowBytes(e.request);
+  l.output_shape = e.request.shape;
+  l.output_shape[0] = 0;
+  for (int q = 0; q < size; ++q) {
+    l.send_bytes.push_back(r.all_splits[rank * size + q] * row);
+    const int64_t rows = r.all_splits[q * size + rank];
+    l.received_rows.push_back(rows);
+    l.recv_bytes.push_back(rows * row);
+    l.output_shape[0] += rows;
+  }
+  return l;
+}
+
 }  // namespace tfring

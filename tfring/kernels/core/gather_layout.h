@@ -30,6 +30,14 @@ struct GatherLayout {
 GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
                         int size);
 
+// Alltoall of `e` (its response `r`): bytes this rank sends to and receives from each rank,
+// rows received from each, and the output's shape.
+struct AlltoallLayout {
+  std::vector<int64_t> send_bytes, recv_bytes, received_rows;
+  Shape output_shape;
+};
+AlltoallLayout PlanAlltoall(const Entry& e, const Response& r, int rank, int size);
+
 // The shape of group member `e`'s gathered output.
 Shape GatheredShape(const Entry& e, const Response& r);
 

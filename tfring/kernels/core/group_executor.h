@@ -34,6 +34,9 @@ class GroupExecutor {
   // Never fused: each entry is reduced and scattered on its own. Outputs are preallocated
   // (this rank's ReducescatterRows of the input's rows).
   virtual Status Reducescatter(const std::vector<Entry*>& group, const Response& r) = 0;
+  // Never fused. The output (allocated here) holds what each rank sent this rank, in rank
+  // order; set_received_splits reports how many rows came from each.
+  virtual Status Alltoall(const std::vector<Entry*>& group, const Response& r) = 0;
 
   // Where the executor records its phases (MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...).
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }

@@ -173,4 +173,15 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
   return Status::OK();
 }
 
+Status HostExecutor::Alltoall(const std::vector<Entry*>& group, const Response& r) {
+  for (Entry* e : group) {
+    const AlltoallLayout l = PlanAlltoall(*e, r, rank_, size_);
+    TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
+    TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
+    Phase({e}, PhaseName("ALLTOALL"), Timeline::GroupArgs({e}, TensorBytes(e->request)));
+    TFRING_RETURN_IF_ERROR(backend_->Alltoall(e->input, l.send_bytes, e->output, l.recv_bytes));
+  }
+  return Status::OK();
+}
+
 }  // namespace tfring

@@ -24,6 +24,7 @@ class HostExecutor : public GroupExecutor {
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
   Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
+  Status Alltoall(const std::vector<Entry*>& group, const Response& r) override;
 
   Backend* backend() { return backend_.get(); }
 

@@ -86,7 +86,7 @@ bool Request::SameSignature(const Request& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable &&
-         on_device == o.on_device;
+         on_device == o.on_device && splits == o.splits;
 }
 
 std::string EncodeRequests(const std::vector<Request>& requests) {
@@ -103,6 +103,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
     w.Put<double>(r.prescale_factor);
     w.Put<double>(r.postscale_factor);
     w.PutInts(r.shape);
+    w.PutInts(r.splits);
   }
   return w.Take();
 }
@@ -117,7 +118,7 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
         !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
         !rd.Get(&r.prescale_factor) ||
-        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape)) {
+        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits)) {
       return Corrupt("request");
     }
     r.kind = static_cast<CollectiveKind>(kind);
@@ -144,6 +145,7 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.Put<double>(r.prescale_factor);
     w.Put<double>(r.postscale_factor);
     w.PutInts(r.first_dims);
+    w.PutInts(r.all_splits);
     w.PutString(r.error);
   }
   return w.Take();
@@ -159,7 +161,7 @@ Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
         !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
         !rd.Get(&r.prescale_factor) || !rd.Get(&r.postscale_factor) ||
-        !rd.GetInts(&r.first_dims) || !rd.GetString(&r.error)) {
+        !rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) || !rd.GetString(&r.error)) {
       return Corrupt("response");
     }
     r.kind = static_cast<CollectiveKind>(kind);

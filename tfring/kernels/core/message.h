@@ -25,6 +25,7 @@ struct Request {
   // Where the tensor lives: host memory (MPI) or a GPU (NCCL). Every rank must agree, since
   // the two take different backends; which GPU is each rank's own business.
   bool on_device = false;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const;
@@ -38,6 +39,8 @@ struct Response {
   ReduceOp reduce_op = ReduceOp::kSum;
   int32_t root_rank = 0;
   std::vector<int64_t> first_dims;  // allgather: first dimension of each rank's tensor
+  // alltoall: every rank's splits, rank after rank (rows rank q sends to rank r at q*size+r)
+  std::vector<int64_t> all_splits;
   double prescale_factor = 1.0;     // allreduce: the same on every rank (negotiated)
   double postscale_factor = 1.0;
   bool on_device = false;           // GPU tensors: run by the device executor

@@ -87,13 +87,15 @@ Response Negotiator::Validate(const Slot& slot) const {
     } else if (req.dtype != first.dtype) {
       resp.error = Mismatch("data types", n, 0, DataTypeName(first.dtype), r,
                             DataTypeName(req.dtype));
-    } else if (first.kind == CollectiveKind::kAllgather) {
+    } else if (first.kind == CollectiveKind::kAllgather ||
+               first.kind == CollectiveKind::kAlltoall) {
       bool same = req.shape.size() == first.shape.size();
       for (size_t d = 1; same && d < req.shape.size(); ++d) same = req.shape[d] == first.shape[d];
       if (!same) {
         resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r,
                               ShapeToString(req.shape)) +
-                     " (allgather needs every dimension but the first to agree)";
+                     " (" + CollectiveKindName(first.kind) +
+                     " needs every dimension but the first to agree)";
       }
     } else if (req.shape != first.shape) {
       resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r, ShapeToString(req.shape));
@@ -116,6 +118,18 @@ Response Negotiator::Validate(const Slot& slot) const {
   }
   if (resp.ok() && first.kind == CollectiveKind::kAllgather) {
     for (int r = 0; r < size_; ++r) resp.first_dims.push_back(slot.by_rank[r].shape[0]);
+  }
+  if (resp.ok() && first.kind == CollectiveKind::kAlltoall) {
+    resp.cacheable = false;  // the splits may change from call to call
+    for (int r = 0; r < size_ && resp.ok(); ++r) {
+      const std::vector<int64_t>& splits = slot.by_rank[r].splits;
+      if (static_cast<int>(splits.size()) != size_) {
+        resp.error = "alltoall '" + first.name + "': rank " + std::to_string(r) + " sent " +
+                     std::to_string(splits.size()) + " splits for " + std::to_string(size_) +
+                     " ranks";
+      }
+      resp.all_splits.insert(resp.all_splits.end(), splits.begin(), splits.end());
+    }
   }
   if (!resp.ok()) resp.cacheable = false;
   return resp;

@@ -25,7 +25,9 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
     // Allreduce and broadcast work in place in the one host buffer; allgather's output
     // is allocated once its shape is known.
     twin.input = buffer.data();
-    twin.output = e.request.kind == CollectiveKind::kAllgather ? nullptr : buffer.data();
+    const bool allocated_later = e.request.kind == CollectiveKind::kAllgather ||
+                                 e.request.kind == CollectiveKind::kAlltoall;
+    twin.output = allocated_later ? nullptr : buffer.data();
     if (e.request.kind == CollectiveKind::kReducescatter) {
       std::vector<char>& out = staged->gathered[i];
       out.resize(ReducescatterRows(e.request.shape[0], size_)[rank_] * RowBytes(e.request) + 1);
@@ -40,8 +42,8 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
 Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged& staged) {
   Phase(group, "MEMCPY_HOST_TO_DEVICE");
   for (size_t i = 0; i < group.size(); ++i) {
-    const bool gathered = group[i]->request.kind == CollectiveKind::kAllgather ||
-                          group[i]->request.kind == CollectiveKind::kReducescatter;
+    const bool gathered = group[i]->request.kind != CollectiveKind::kAllreduce &&
+                          group[i]->request.kind != CollectiveKind::kBroadcast;
     const std::vector<char>& result = gathered ? staged.gathered[i] : staged.buffers[i];
     TFRING_RETURN_IF_ERROR(memory_->CopyToDevice(group[i]->output, result.data(),
                                                  static_cast<int64_t>(result.size()),
@@ -61,13 +63,20 @@ Status StagingExecutor::Allgather(const std::vector<Entry*>& group,
                                   const std::vector<const Response*>& rs) {
   Staged staged;
   TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  AllocateOutputsLater(group, &staged);
+  TFRING_RETURN_IF_ERROR(host_->Allgather(staged.pointers, rs));
+  return StageOut(group, staged);
+}
+
+void StagingExecutor::AllocateOutputsLater(const std::vector<Entry*>& group, Staged* staged) {
   for (size_t i = 0; i < group.size(); ++i) {
     Entry* device_entry = group[i];
-    std::vector<char>* gathered = &staged.gathered[i];
+    std::vector<char>* gathered = &staged->gathered[i];
     // The host executor allocates each output once the gathered shape is known: allocate
     // the GPU output then too, and gather into a host buffer of the same size.
     DeviceMemory* memory = memory_.get();
-    staged.entries[i].allocate_output = [device_entry, gathered, memory](const Shape& shape,
+    staged->entries[i].set_received_splits = device_entry->set_received_splits;
+    staged->entries[i].allocate_output = [device_entry, gathered, memory](const Shape& shape,
                                                                          void** buffer) -> Status {
       TFRING_RETURN_IF_ERROR(device_entry->allocate_output(shape, &device_entry->output));
       TFRING_RETURN_IF_ERROR(memory->WaitForStream(*device_entry));
@@ -78,8 +87,6 @@ Status StagingExecutor::Allgather(const std::vector<Entry*>& group,
       return Status::OK();
     };
   }
-  TFRING_RETURN_IF_ERROR(host_->Allgather(staged.pointers, rs));
-  return StageOut(group, staged);
 }
 
 Status StagingExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
@@ -94,6 +101,14 @@ Status StagingExecutor::Reducescatter(const std::vector<Entry*>& group, const Re
   Staged staged;
   TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
   TFRING_RETURN_IF_ERROR(host_->Reducescatter(staged.pointers, r));
+  return StageOut(group, staged);
+}
+
+Status StagingExecutor::Alltoall(const std::vector<Entry*>& group, const Response& r) {
+  Staged staged;
+  TFRING_RETURN_IF_ERROR(StageIn(group, &staged));
+  AllocateOutputsLater(group, &staged);
+  TFRING_RETURN_IF_ERROR(host_->Alltoall(staged.pointers, r));
   return StageOut(group, staged);
 }
 

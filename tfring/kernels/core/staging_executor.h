@@ -26,6 +26,7 @@ class StagingExecutor : public GroupExecutor {
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
   Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
+  Status Alltoall(const std::vector<Entry*>& group, const Response& r) override;
   void set_timeline(Timeline* timeline) override {
     timeline_ = timeline;
     host_->set_timeline(timeline);
@@ -42,6 +43,9 @@ class StagingExecutor : public GroupExecutor {
   // Waits for each input, copies it to its twin's buffer.
   Status StageIn(const std::vector<Entry*>& group, Staged* staged);
   Status StageOut(const std::vector<Entry*>& group, const Staged& staged);
+  // Allgather, alltoall: each twin allocates the GPU output and a host buffer of its size
+  // once the host executor knows the shape.
+  void AllocateOutputsLater(const std::vector<Entry*>& group, Staged* staged);
 
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<GroupExecutor> host_;

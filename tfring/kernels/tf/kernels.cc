@@ -291,6 +291,75 @@ class ReducescatterOp : public AsyncOpKernel {
   bool eager_;
 };
 
+template <bool kOnGpu>
+class AlltoallOp : public AsyncOpKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& input = ctx->input(0);
+    const Tensor& splits = ctx->input(1);
+    Entry e;
+    e.request.name = name_;
+    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    std::string problem;
+    if (input.dims() == 0) {
+      problem = "alltoall needs a tensor of rank >= 1; '" + name_ + "' is a scalar";
+    } else if (splits.dims() != 1 || splits.NumElements() != layout.size) {
+      problem = "alltoall '" + name_ + "': splits must be a vector of one row count per rank (" +
+                std::to_string(layout.size) + "); got shape " + splits.shape().DebugString();
+    } else {
+      int64_t sum = 0;
+      for (int r = 0; r < layout.size; ++r) {
+        const int64_t n = splits.vec<int64_t>()(r);
+        if (n < 0) problem = "alltoall '" + name_ + "': splits must not be negative";
+        sum += n;
+        e.request.splits.push_back(n);
+      }
+      if (problem.empty() && sum != input.dim_size(0)) {
+        problem = "alltoall '" + name_ + "': splits add up to " + std::to_string(sum) +
+                  " rows but the tensor has " + std::to_string(input.dim_size(0));
+      }
+    }
+    if (!problem.empty()) TFRING_FAIL_ASYNC(ctx, absl::InvalidArgumentError(problem), done);
+    e.request.kind = CollectiveKind::kAlltoall;
+    e.request.shape = ShapeOf(input);
+    e.request.cacheable = false;
+    e.input = DataOf(input);
+    e.set_received_splits = [ctx](const std::vector<int64_t>& received) -> Status {
+      Tensor* out = nullptr;
+      const absl::Status s = ctx->allocate_output(
+          1, tensorflow::TensorShape({static_cast<int64_t>(received.size())}), &out);
+      if (!s.ok()) return Status::Internal("allocating received_splits: " + s.ToString());
+      for (size_t r = 0; r < received.size(); ++r) out->vec<int64_t>()(r) = received[r];
+      return Status::OK();
+    };
+    e.allocate_output = [ctx](const Shape& shape, void** buffer) -> Status {
+      tensorflow::TensorShape tf_shape;
+      for (int64_t d : shape) tf_shape.AddDim(d);
+      Tensor* output = nullptr;
+      const absl::Status s = ctx->allocate_output(0, tf_shape, &output);
+      if (!s.ok()) return Status::Internal("allocating the alltoall output: " + s.ToString());
+      *buffer = MutableDataOf(output);
+      return Status::OK();
+    };
+    auto completion = KernelCompletion::Create(
+        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
+    Submit<kOnGpu>(ctx, std::move(e));
+    completion->WaitInline();
+  }
+
+ private:
+  std::string name_;
+  bool eager_;
+};
+
 // Completes once every rank has submitted a barrier of the same name.
 class BarrierOp : public AsyncOpKernel {
  public:
@@ -348,6 +417,7 @@ REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp<
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(DEVICE_CPU), BarrierOp);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_CPU), ReducescatterOp<false>);
+REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(DEVICE_CPU), AlltoallOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp<false>);
 #if TFRING_WITH_NCCL
 // Builds without NCCL register no GPU kernels: TensorFlow then runs these ops on the CPU
@@ -358,6 +428,9 @@ REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU), Allre
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_GPU), ReducescatterOp<true>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfringAlltoall").Device(DEVICE_GPU).HostMemory("splits").HostMemory("received_splits"),
+    AlltoallOp<true>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU), BroadcastOp<true>);
 #endif
 REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::size>);

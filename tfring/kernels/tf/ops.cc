@@ -87,6 +87,26 @@ REGISTER_OP("TfringReducescatter")
     .Doc("Reduces `tensor` over all ranks; rank r receives its block of the first dimension "
          "(as even as possible, lower ranks taking the remainder).");
 
+REGISTER_OP("TfringAlltoall")
+    .Attr("T: " TFRING_ALL_TYPES)
+    .Attr("tensor_name: string")
+    .Attr("eager: bool = false")
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Output("received: T")
+    .Output("received_splits: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in, out;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc("Sends rows splits[r] of `tensor` to each rank r; returns what every rank sent this "
+         "rank, in rank order, and how many rows came from each.");
+
 REGISTER_OP("TfringGroupedAllgather")
     .Attr("T: list(" TFRING_ALL_TYPES ")")
     .Attr("tensor_name: string")

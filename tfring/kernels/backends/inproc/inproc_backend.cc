@@ -65,4 +65,25 @@ Status InprocBackend::Reducescatter(const void* in, void* out,
   return Status::OK();
 }
 
+Status InprocBackend::Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                               const std::vector<int64_t>& recv_bytes) {
+  // Each rank shares its input and its send counts; each then copies its blocks out.
+  struct Contribution {
+    const void* in;
+    const std::vector<int64_t>* send_bytes;
+  } mine{in, &send_bytes};
+  return world_->Exchange(rank_, &mine, [&](const std::vector<const void*>& all) {
+    char* at = static_cast<char*>(out);
+    for (size_t q = 0; q < all.size(); ++q) {
+      const auto* peer = static_cast<const Contribution*>(all[q]);
+      int64_t offset = 0;
+      for (int r = 0; r < rank_; ++r) offset += (*peer->send_bytes)[r];
+      if (recv_bytes[q] > 0) {
+        std::memcpy(at, static_cast<const char*>(peer->in) + offset, recv_bytes[q]);
+      }
+      at += recv_bytes[q];
+    }
+  });
+}
+
 }  // namespace tfring

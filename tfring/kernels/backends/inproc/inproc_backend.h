@@ -23,6 +23,8 @@ class InprocBackend : public Backend {
   Status Broadcast(void* buffer, int64_t bytes, int root) override;
   Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                        DataType dtype, ReduceOp op) override;
+  Status Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                  const std::vector<int64_t>& recv_bytes) override;
 
  private:
   std::shared_ptr<InprocWorld> world_;

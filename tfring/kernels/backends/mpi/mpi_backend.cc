@@ -107,4 +107,25 @@ Status MpiBackend::Reducescatter(const void* in, void* out, const std::vector<in
   return Status::OK();
 }
 
+Status MpiBackend::Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                            const std::vector<int64_t>& recv_bytes) {
+  std::vector<int> scounts(size_), sdispls(size_), rcounts(size_), rdispls(size_);
+  int64_t soff = 0, roff = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (soff + send_bytes[r] > INT_MAX || roff + recv_bytes[r] > INT_MAX) {
+      return Status::InvalidArgument("alltoall of more than 2^31-1 bytes per rank is not "
+                                     "supported over MPI");
+    }
+    scounts[r] = static_cast<int>(send_bytes[r]);
+    sdispls[r] = static_cast<int>(soff);
+    rcounts[r] = static_cast<int>(recv_bytes[r]);
+    rdispls[r] = static_cast<int>(roff);
+    soff += send_bytes[r];
+    roff += recv_bytes[r];
+  }
+  TFRING_MPI_CHECK(MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out,
+                                 rcounts.data(), rdispls.data(), MPI_BYTE, comm_));
+  return Status::OK();
+}
+
 }  // namespace tfring

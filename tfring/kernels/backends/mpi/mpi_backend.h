@@ -24,6 +24,8 @@ class MpiBackend : public Backend {
   Status Broadcast(void* buffer, int64_t bytes, int root) override;
   Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                        DataType dtype, ReduceOp op) override;
+  Status Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                  const std::vector<int64_t>& recv_bytes) override;
 
   // Call when a peer is lost: the communicator must then not be freed.
   void Abandon() { abandoned_ = true; }

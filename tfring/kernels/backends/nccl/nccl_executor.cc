@@ -590,4 +590,37 @@ Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
   return Status::OK();
 }
 
+Status NcclExecutor::Alltoall(const std::vector<Entry*>& group, const Response& r) {
+  TFRING_RETURN_IF_ERROR(EnsureReady(group));
+  TFRING_RETURN_IF_ERROR(WaitInputs(group));
+  for (Entry* e : group) {
+    const AlltoallLayout l = PlanAlltoall(*e, r, layout_.rank, layout_.size);
+    TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
+    TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
+    TFRING_RETURN_IF_ERROR(WaitForProducerStream(*e));
+    Phase({e}, "NCCL_ALLTOALL", Timeline::GroupArgs({e}, TensorBytes(e->request)));
+    // One send and one receive per peer, in one NCCL group.
+    const ncclResult_t start = ncclGroupStart();
+    ncclResult_t rc = start;
+    int64_t soff = 0, roff = 0;
+    for (int q = 0; q < layout_.size && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+      if (l.send_bytes[q] > 0) {
+        rc = ncclSend(static_cast<const char*>(e->input) + soff, l.send_bytes[q], ncclUint8, q,
+                      world_.comm, stream_);
+      }
+      if ((rc == ncclSuccess || rc == ncclInProgress) && l.recv_bytes[q] > 0) {
+        rc = ncclRecv(static_cast<char*>(e->output) + roff, l.recv_bytes[q], ncclUint8, q,
+                      world_.comm, stream_);
+      }
+      soff += l.send_bytes[q];
+      roff += l.recv_bytes[q];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    TFRING_RETURN_IF_ERROR(Launched(rc, "ncclSend/ncclRecv", {&world_}));
+    TFRING_RETURN_IF_ERROR(Launched(end, "ncclGroupEnd", {&world_}));
+    TFRING_RETURN_IF_ERROR(Complete("NCCL alltoall of '" + e->request.name + "'"));
+  }
+  return Status::OK();
+}
+
 }  // namespace tfring

@@ -57,6 +57,7 @@ class NcclExecutor : public GroupExecutor {
                    const std::vector<const Response*>& rs) override;
   Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
   Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
+  Status Alltoall(const std::vector<Entry*>& group, const Response& r) override;
 
  private:
   struct Comm {
