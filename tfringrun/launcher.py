@@ -131,6 +131,9 @@ def parse_args(argv):
     p.add_argument("--timeline-filename", help="TFRING_TIMELINE: rank 0 writes a Chrome trace")
     p.add_argument("--timeline-mark-cycles", action="store_true",
                    help="TFRING_TIMELINE_MARK_CYCLES=1")
+    p.add_argument("--autotune", action="store_true",
+                   help="TFRING_AUTOTUNE=1: tune fusion threshold and cycle time on the job")
+    p.add_argument("--autotune-log-file", help="TFRING_AUTOTUNE_LOG: a CSV of the trials")
     p.add_argument("--hierarchical-allreduce", action="store_true",
                    help="TFRING_HIERARCHICAL_ALLREDUCE=1 (GPU tensors)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
@@ -159,6 +162,10 @@ def settings_env(args):
         env["TFRING_CYCLE_TIME"] = repr(args.cycle_time_ms)
     if args.hierarchical_allreduce:
         env["TFRING_HIERARCHICAL_ALLREDUCE"] = "1"
+    if args.autotune:
+        env["TFRING_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["TFRING_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
     if args.timeline_filename:
         env["TFRING_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:

@@ -79,7 +79,8 @@ def _args(*argv):
 def test_command_line_for_open_mpi_as_root():
     args = _args("-np", "4", "-H", "a:2,b:2", "--fusion-threshold-mb", "2", "--cycle-time-ms",
                  "0.5", "--hierarchical-allreduce", "--timeline-filename", "/t/tl.json",
-                 "--timeline-mark-cycles", "python", "train.py", "--epochs", "3")
+                 "--timeline-mark-cycles", "--autotune", "--autotune-log-file", "/t/a.csv",
+                 "python", "train.py", "--epochs", "3")
     env = {"PATH": "/bin", "TFRING_LOG_LEVEL": "debug", "NCCL_DEBUG": "WARN", "SECRET": "x"}
     cmd, out_env = launcher.build_command(args, env, "/venv/bin/mpirun", "openmpi", is_root=True)
     assert cmd[:4] == ["/venv/bin/mpirun", "-np", "4", "--oversubscribe"]
@@ -87,7 +88,9 @@ def test_command_line_for_open_mpi_as_root():
     exported = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
     assert set(exported) == {"PATH", "TFRING_LOG_LEVEL", "NCCL_DEBUG", "TFRING_FUSION_THRESHOLD",
                              "TFRING_CYCLE_TIME", "TFRING_HIERARCHICAL_ALLREDUCE",
-                             "TFRING_TIMELINE", "TFRING_TIMELINE_MARK_CYCLES"}
+                             "TFRING_TIMELINE", "TFRING_TIMELINE_MARK_CYCLES",
+                             "TFRING_AUTOTUNE", "TFRING_AUTOTUNE_LOG"}
+    assert out_env["TFRING_AUTOTUNE"] == "1" and out_env["TFRING_AUTOTUNE_LOG"] == "/t/a.csv"
     assert out_env["TFRING_TIMELINE"] == "/t/tl.json"
     assert cmd[-4:] == ["python", "train.py", "--epochs", "3"]  # the program's own options
     assert out_env["TFRING_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)

@@ -76,6 +76,16 @@ Status Options::FromEnvironment(Options* o) {
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
   TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
   if (const char* timeline = std::getenv("TFRING_TIMELINE")) o->timeline_path = timeline;
+  int64_t autotune = o->autotune ? 1 : 0;
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_AUTOTUNE", 0, &autotune));
+  o->autotune = autotune != 0;
+  if (const char* log = std::getenv("TFRING_AUTOTUNE_LOG")) o->autotune_log = log;
+  TFRING_RETURN_IF_ERROR(
+      ReadDouble("TFRING_AUTOTUNE_SAMPLE_SECONDS", 0.0, &o->autotune_sample_seconds));
+  TFRING_RETURN_IF_ERROR(
+      ReadInt("TFRING_AUTOTUNE_WARMUP_SAMPLES", 0, &o->autotune_warmup_samples));
+  TFRING_RETURN_IF_ERROR(
+      ReadInt("TFRING_AUTOTUNE_SAMPLES_PER_TRIAL", 1, &o->autotune_samples_per_trial));
   int64_t mark_cycles = o->timeline_mark_cycles ? 1 : 0;
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_TIMELINE_MARK_CYCLES", 0, &mark_cycles));
   o->timeline_mark_cycles = mark_cycles != 0;

@@ -19,6 +19,12 @@
 //   TFRING_LOG_LEVEL                    -        warning   trace, debug, info, warning, error
 //   TFRING_TIMELINE                     path     (none)    rank 0 writes a Chrome-trace timeline there
 //   TFRING_TIMELINE_MARK_CYCLES         0/1      0         mark each cycle that ran collectives
+//   TFRING_AUTOTUNE                     0/1      0         tune fusion threshold and cycle time
+//                                                          on the running job, then hold the best
+//   TFRING_AUTOTUNE_LOG                 path     (none)    CSV of each trial and the choice
+//   TFRING_AUTOTUNE_SAMPLE_SECONDS      s        1         shortest measurement sample
+//   TFRING_AUTOTUNE_WARMUP_SAMPLES      samples  2         samples ignored at the start
+//   TFRING_AUTOTUNE_SAMPLES_PER_TRIAL   samples  3         samples per candidate (median)
 //   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
 //                                                          host memory); builds with NCCL only
 //   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         GPU allreduce: NCCL inside each host,
@@ -44,6 +50,11 @@ struct Options {
   double stall_shutdown_time_seconds = 0.0;
   double peer_timeout_seconds = 30.0;
   LogLevel log_level = LogLevel::kWarning;
+  bool autotune = false;
+  std::string autotune_log;
+  double autotune_sample_seconds = 1.0;
+  int64_t autotune_warmup_samples = 2;
+  int64_t autotune_samples_per_trial = 3;
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   bool gpu_operations_through_mpi = false;

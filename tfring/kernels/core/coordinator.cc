@@ -45,7 +45,13 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       host_(std::move(backend), rank_, size_),
       device_(std::move(device_executor)),
       cache_(options.cache_capacity),
-      negotiator_(size_) {
+      negotiator_(size_),
+      fusion_threshold_bytes_(options.fusion_threshold_bytes),
+      cycle_time_ms_(options.cycle_time_ms) {
+  if (options.autotune && rank_ == 0) {
+    autotuner_ = std::make_unique<Autotuner>(options);
+    if (!options.autotune_log.empty()) init_status_ = autotuner_->OpenLog(options.autotune_log);
+  }
   host_.set_timeline(&timeline_);
   if (device_) device_->set_timeline(&timeline_);
 }
@@ -56,6 +62,21 @@ Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
 }
 
 void Coordinator::StopTimeline() { timeline_.Stop(); }
+
+TunedParams Coordinator::tuned_params() const {
+  return {fusion_threshold_bytes_.load(), cycle_time_ms_.load()};
+}
+
+void Coordinator::ApplyParams(const ResponseList& list) {
+  if (!list.has_params) return;
+  fusion_threshold_bytes_.store(list.fusion_threshold_bytes);
+  cycle_time_ms_.store(list.cycle_time_ms);
+  if (autotuner_) {
+    autotuner_->Applied(std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count());
+  }
+  TFRING_LOG(kDebug) << "autotune: fusion threshold " << list.fusion_threshold_bytes
+                     << " bytes, cycle time " << list.cycle_time_ms << " ms";
+}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -102,11 +123,11 @@ void Coordinator::Loop() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
 #endif
-  const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
-      std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
   SteadyClock::duration backoff = SteadyClock::duration::zero();
   auto last_progress = SteadyClock::now();
   while (true) {
+    const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
+        std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
     const SteadyClock::duration wait = table_.empty() ? cycle_time : backoff;
     if (wait > SteadyClock::duration::zero()) {
       // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
@@ -208,6 +229,8 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   TakeNewEntries(now, &invalidate, progress);
   bool force_round = false;
   if (rank_ == 0) CheckStalls(now, &force_round);
+  if (autotuner_ && !params_pending_) params_pending_ = autotuner_->TakeChange(&pending_params_);
+  if (params_pending_) force_round = true;  // the setting travels in a negotiation round
 
   // Step 2: one AND-allreduce of flags, ready bits and still-valid bits.
   const int nbits = cache_.num_bits();
@@ -257,8 +280,12 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     *progress = true;
     timeline_.MarkCycle();
     for (const Response& r : execute) timeline_.Phase(r.name, "QUEUE");
-    Execute(execute);
+    const int64_t bytes = Execute(execute);
     timeline_.Flush();
+    if (autotuner_) {
+      autotuner_->Record(bytes, std::chrono::duration<double>(
+                                    SteadyClock::now().time_since_epoch()).count());
+    }
   }
   if (*stop) return Status::OK();
   if (!(words[0] & kFlagNotShuttingDown)) {
@@ -292,6 +319,12 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
     }
     ResponseList list;
     list.responses = negotiator_.TakeReady();
+    if (params_pending_) {
+      list.has_params = true;
+      list.fusion_threshold_bytes = pending_params_.fusion_threshold_bytes;
+      list.cycle_time_ms = pending_params_.cycle_time_ms;
+      params_pending_ = false;
+    }
     if (options_.stall_shutdown_time_seconds > 0) {
       auto stalled = negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now);
       if (!stalled.empty()) {
@@ -309,6 +342,7 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   TFRING_RETURN_IF_ERROR(control_plane_->BroadcastFromRoot(&bytes));
   ResponseList list;
   TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, &list));
+  ApplyParams(list);
   for (Response& r : list.responses) {
     if (r.ok() && r.cacheable) {
       auto it = table_.find(r.name);
@@ -375,7 +409,8 @@ void Coordinator::FailEverything(const Status& status) {
   for (Entry& e : queued) e.done(status);
 }
 
-void Coordinator::Execute(const std::vector<Response>& responses) {
+int64_t Coordinator::Execute(const std::vector<Response>& responses) {
+  int64_t executed_bytes = 0;
   std::vector<FusionItem> items;
   std::vector<Entry*> entries;
   for (const Response& r : responses) {
@@ -395,7 +430,8 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
     items.push_back({&r, bytes});
     entries.push_back(e);
   }
-  for (const std::vector<int>& group : PlanFusion(items, options_.fusion_threshold_bytes,
+  for (const FusionItem& item : items) executed_bytes += item.bytes;
+  for (const std::vector<int>& group : PlanFusion(items, fusion_threshold_bytes_.load(),
                                                        options_.fusion_alone_bytes)) {
     std::vector<Entry*> es;
     std::vector<const Response*> rs;
@@ -431,6 +467,7 @@ void Coordinator::Execute(const std::vector<Response>& responses) {
                        << " us";
     for (const Response* r : rs) Finish(r->name, s);
   }
+  return executed_bytes;
 }
 
 }  // namespace tfring

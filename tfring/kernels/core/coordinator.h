@@ -49,6 +49,7 @@
 
 #include "tfring/kernels/backends/backend.h"
 #include "tfring/kernels/common/options.h"
+#include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/group_executor.h"
@@ -79,6 +80,12 @@ class Coordinator {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
+  // Setting up what the options ask for beyond the thread (the autotuner's log): check
+  // before Start().
+  const Status& init_status() const { return init_status_; }
+  // The fusion threshold and cycle time in force (the autotuner changes them). Thread-safe.
+  TunedParams tuned_params() const;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   // True when the control plane failed (a peer died or stopped answering): its
@@ -101,7 +108,9 @@ class Coordinator {
   Status RunCycle(bool* progress, bool* stop);
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
   Status Negotiate(std::vector<Response>* execute, bool* stop);
-  void Execute(const std::vector<Response>& responses);
+  // Returns the bytes of the collectives it ran.
+  int64_t Execute(const std::vector<Response>& responses);
+  void ApplyParams(const ResponseList& list);
   void Finish(const std::string& name, const Status& status);
   void FailEverything(const Status& status);
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
@@ -130,6 +139,12 @@ class Coordinator {
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
   Timeline timeline_;
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0, with TFRING_AUTOTUNE=1
+  bool params_pending_ = false;           // rank 0: a setting to send in the next round
+  TunedParams pending_params_;
+  std::atomic<int64_t> fusion_threshold_bytes_;
+  std::atomic<double> cycle_time_ms_;
+  Status init_status_;
   Negotiator negotiator_;  // used on rank 0 only
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   SteadyClock::time_point last_stall_warning_;

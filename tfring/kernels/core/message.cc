@@ -133,6 +133,9 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
 std::string EncodeResponseList(const ResponseList& list) {
   Writer w;
   w.PutString(list.abort_message);
+  w.Put<uint8_t>(list.has_params ? 1 : 0);
+  w.Put<int64_t>(list.fusion_threshold_bytes);
+  w.Put<double>(list.cycle_time_ms);
   w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
   for (const Response& r : list.responses) {
     w.PutString(r.name);
@@ -154,7 +157,12 @@ std::string EncodeResponseList(const ResponseList& list) {
 Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
   Reader rd(bytes);
   uint32_t n;
-  if (!rd.GetString(&list->abort_message) || !rd.Get(&n)) return Corrupt("response");
+  uint8_t has_params;
+  if (!rd.GetString(&list->abort_message) || !rd.Get(&has_params) ||
+      !rd.Get(&list->fusion_threshold_bytes) || !rd.Get(&list->cycle_time_ms) || !rd.Get(&n)) {
+    return Corrupt("response");
+  }
+  list->has_params = has_params != 0;
   list->responses.resize(n);
   for (Response& r : list->responses) {
     uint8_t kind, dtype, op, cacheable, on_device;

@@ -62,6 +62,10 @@ int64_t RowBytes(const Request& r);
 struct ResponseList {
   std::vector<Response> responses;
   std::string abort_message;  // non-empty: every rank fails all pending ops and stops
+  // The autotuner's next setting (rank 0's), in force on every rank from this cycle on.
+  bool has_params = false;
+  int64_t fusion_threshold_bytes = 0;
+  double cycle_time_ms = 0;
 };
 
 std::string EncodeRequests(const std::vector<Request>& requests);

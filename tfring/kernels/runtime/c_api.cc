@@ -1,5 +1,6 @@
 // The C API that tfring/runtime.py calls through ctypes: lifetime and process layout.
 // Collectives do not go through here; they are TensorFlow ops (tf/kernels.cc).
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -51,6 +52,15 @@ int tfring_start_timeline(const char* path, int mark_cycles, char* error, int er
 }
 
 void tfring_stop_timeline() { GlobalRuntime::Get().StopTimeline(); }
+
+// The fusion threshold (bytes) and cycle time (ms) in force; 0 before init.
+int tfring_tuned_params(int64_t* fusion_threshold_bytes, double* cycle_time_ms) {
+  tfring::TunedParams p;
+  if (!GlobalRuntime::Get().TunedParamsNow(&p)) return 0;
+  *fusion_threshold_bytes = p.fusion_threshold_bytes;
+  *cycle_time_ms = p.cycle_time_ms;
+  return 1;
+}
 
 int tfring_mpi_built() { return 1; }
 int tfring_nccl_built() { return TFRING_WITH_NCCL ? 1 : 0; }

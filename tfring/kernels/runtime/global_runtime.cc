@@ -53,6 +53,22 @@ Status NewDeviceExecutor(const Options& options, const ProcessLayout& layout,
   return Status::OK();
 }
 
+// Every rank learns whether `status` is OK everywhere; a rank whose own is OK but another's
+// is not gets an error saying so.
+Status AgreeAcrossRanks(Status* status) {
+  MPI_Comm comm;
+  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&comm));
+  int ok = status->ok() ? 1 : 0, all_ok = 0;
+  const int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Comm_free(&comm);
+  if (rc != MPI_SUCCESS) return Status::Internal("agreeing on tfring.init() across ranks failed");
+  if (status->ok() && !all_ok) {
+    *status = Status::FailedPrecondition(
+        "tfring.init() failed on another rank (its error says why); no rank starts");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 GlobalRuntime& GlobalRuntime::Get() {
@@ -82,6 +98,14 @@ Status GlobalRuntime::Init() {
   TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, layout_, &device));
   coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device));
+  // Setup that can fail on some ranks only (rank 0's autotune log): agree before starting,
+  // so that no rank runs a coordinator whose peers never will.
+  Status mine = coordinator_->init_status();
+  TFRING_RETURN_IF_ERROR(AgreeAcrossRanks(&mine));
+  if (!mine.ok()) {
+    coordinator_.reset();
+    return mine;
+  }
   coordinator_->Start();
   if (!options.timeline_path.empty()) {
     const Status s = coordinator_->StartTimeline(options.timeline_path, options.timeline_mark_cycles);
@@ -135,6 +159,13 @@ Status GlobalRuntime::StartTimeline(const std::string& path, bool mark_cycles) {
         "tfring has not been initialized: call tfring.init() before start_timeline()");
   }
   return coordinator_->StartTimeline(path, mark_cycles);
+}
+
+bool GlobalRuntime::TunedParamsNow(TunedParams* params) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!coordinator_) return false;
+  *params = coordinator_->tuned_params();
+  return true;
 }
 
 void GlobalRuntime::StopTimeline() {

@@ -24,6 +24,8 @@ class GlobalRuntime {
   // The timeline (rank 0 writes it): FailedPrecondition before init.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
+  // The fusion threshold and cycle time in force; false before init.
+  bool TunedParamsNow(TunedParams* params);
 
   // Queues `entry`, or fails it at once when the runtime is not initialized.
   void Enqueue(Entry entry);

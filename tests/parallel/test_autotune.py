@@ -1,0 +1,94 @@
+"""TFRING_AUTOTUNE=1 on a running job: every trial logged, the choice applied on every rank,
+and the numbers unchanged while it tunes."""
+
+import csv
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from tfring import _library
+
+TUNE_ENV = {"TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.01",
+            "TFRING_AUTOTUNE_WARMUP_SAMPLES": "1", "TFRING_AUTOTUNE_SAMPLES_PER_TRIAL": "1"}
+
+
+def _params():
+    import ctypes
+    fusion, cycle = ctypes.c_int64(), ctypes.c_double()
+    assert _library.capi().tfring_tuned_params(ctypes.byref(fusion), ctypes.byref(cycle)) == 1
+    return fusion.value, cycle.value
+
+
+def _restart(env):
+    tfring.shutdown()
+    for k in list(TUNE_ENV) + ["TFRING_AUTOTUNE_LOG"]:
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    tfring.init()
+
+
+def test_autotune_tries_the_grid_then_holds_the_choice_everywhere(tmp_path, rank, size):
+    log = tmp_path / "autotune.csv"
+    _restart(dict(TUNE_ENV, TFRING_AUTOTUNE_LOG=str(log)))
+    try:
+        @tf.function
+        def step(a, b, c):
+            return tfring.grouped_allreduce([a, b, c], op=tfring.Sum, name="tune.step")
+
+        inputs = [tf.fill([1000], float(rank + 1)), tf.fill([300], 2.0), tf.fill([7], -1.0)]
+        want = [np.full(1000, size * (size + 1) / 2), np.full(300, 2.0 * size),
+                np.full(7, -1.0 * size)]
+        done = False
+        for i in range(20000):
+            out = step(*inputs)
+            for got, w in zip(out, want):  # exact while the settings change under it
+                np.testing.assert_array_equal(got.numpy(), w)
+            if i % 20 == 0:
+                finished = rank == 0 and log.exists() and log.read_text().rstrip().endswith(",1")
+                flag = tfring.allreduce(tf.constant([int(finished)]), op=tfring.Max,
+                                        name="tune.done")
+                if flag.numpy()[0]:
+                    done = True
+                    break
+        assert done, "the autotuner did not finish"
+        for _ in range(5):  # the choice reaches every rank in the next negotiation round
+            step(*inputs)
+        mine = _params()
+        everyone = tfring.allgather(tf.constant([[mine[0], int(mine[1] * 1000)]], tf.int64),
+                                    name="tune.params").numpy()
+        assert (everyone == everyone[0]).all(), everyone
+        if rank == 0:
+            rows = list(csv.DictReader(log.open()))
+            trials, chosen = rows[:-1], rows[-1]
+            assert len(trials) == 12 and chosen["chosen"] == "1"
+            assert {(int(r["fusion_threshold_bytes"]), float(r["cycle_time_ms"]))
+                    for r in trials} == {(m << 20, c) for m in (1, 4, 16, 64)
+                                         for c in (0.25, 1.0, 4.0)}
+            best = max(trials, key=lambda r: float(r["bytes_per_second"]))
+            assert chosen["fusion_threshold_bytes"] == best["fusion_threshold_bytes"]
+            assert mine == (int(chosen["fusion_threshold_bytes"]), float(chosen["cycle_time_ms"]))
+    finally:
+        _restart({})
+    assert _params() == (64 << 20, 1.0)  # the defaults again without TFRING_AUTOTUNE
+
+
+def test_unwritable_autotune_log_fails_init_on_every_rank(rank):
+    tfring.shutdown()
+    os.environ.update(TUNE_ENV, TFRING_AUTOTUNE_LOG="/nonexistent/dir/a.csv")
+    try:
+        # Only rank 0 writes the log, but no rank starts: each says why.
+        expected = (ValueError, "cannot write TFRING_AUTOTUNE_LOG") if rank == 0 else \
+            (RuntimeError, "failed on another rank")
+        with pytest.raises(expected[0], match=expected[1]):
+            tfring.init()
+        assert not tfring.is_initialized()
+    finally:
+        for k in list(TUNE_ENV) + ["TFRING_AUTOTUNE_LOG"]:
+            os.environ.pop(k, None)
+        tfring.init()
+    np.testing.assert_array_equal(
+        tfring.allreduce(tf.ones([2]), op=tfring.Sum, name="after.failed.init").numpy(),
+        np.full(2, float(tfring.size())))
