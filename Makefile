@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build bench bench-keras clean
+.PHONY: demo test build bench bench-keras bench-autotune clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -33,6 +33,9 @@ bench: build
 
 bench-keras: build
 	$(PYTHON) bench/keras_fit.py
+
+bench-autotune: build
+	$(PYTHON) bench/autotune.py
 
 clean:
 	rm -rf build tfring/lib
