@@ -2,6 +2,7 @@
 // Completion (and any error, with the same text on every rank) arrives through `done` on
 // the runtime's background thread, or, for eager ops that finish quickly, on the caller's
 // (KernelCompletion in adapter.h).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,19 +60,62 @@ void Submit(OpKernelContext* ctx, Entry e) {
   GlobalRuntime::Get().Enqueue(std::move(e));
 }
 
+// The attributes of a reducing op (allreduce, grouped allreduce, reducescatter), and the
+// request fields they fill.
+struct ReduceAttrs {
+  int reduce_op;
+  float prescale, postscale;
+  std::string name;
+  bool cacheable, eager;
+
+  explicit ReduceAttrs(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale));
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager));
+    OP_REQUIRES(c, IsValidReduceOp(reduce_op),
+                absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op)));
+  }
+
+  // Fills the reduction fields of `r` (its name and dtype set); an error when scale factors
+  // are given for a tensor that is not floating point.
+  absl::Status Fill(CollectiveKind kind, Request* r) const {
+    if (!IsFloatingPoint(r->dtype) && (prescale != 1.0f || postscale != 1.0f)) {
+      return absl::InvalidArgumentError(
+          "prescale_factor and postscale_factor apply to floating-point tensors only; '" +
+          r->name + "' is " + DataTypeName(r->dtype));
+    }
+    r->kind = kind;
+    r->reduce_op = static_cast<ReduceOp>(reduce_op);
+    r->prescale_factor = prescale;
+    r->postscale_factor = postscale;
+    r->cacheable = cacheable;
+    return absl::OkStatus();
+  }
+};
+
+// Entry::allocate_output for output `index` of the kernel, allocated once its shape is known.
+std::function<Status(const Shape&, void**)> OutputAllocator(OpKernelContext* ctx, int index,
+                                                            const char* what) {
+  return [ctx, index, what](const Shape& shape, void** buffer) -> Status {
+    tensorflow::TensorShape tf_shape;
+    for (int64_t d : shape) tf_shape.AddDim(d);
+    Tensor* output = nullptr;
+    const absl::Status s = ctx->allocate_output(index, tf_shape, &output);
+    if (!s.ok()) {
+      return Status::Internal(std::string("allocating the ") + what + " output: " + s.ToString());
+    }
+    *buffer = MutableDataOf(output);
+    return Status::OK();
+  };
+}
+
 template <bool kOnGpu>
 class AllreduceOp : public AsyncOpKernel {
  public:
-  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
-    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
-    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
-    OP_REQUIRES(c, IsValidReduceOp(reduce_op_),
-                absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op_)));
-  }
+  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c), attrs_(c) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
@@ -79,22 +123,10 @@ class AllreduceOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.name = n == 1 ? name_ : name_ + "." + std::to_string(i);
+      e.request.name = n == 1 ? attrs_.name : attrs_.name + "." + std::to_string(i);
       if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
-      if (!IsFloatingPoint(e.request.dtype) && (prescale_ != 1.0f || postscale_ != 1.0f)) {
-        TFRING_FAIL_ASYNC(ctx,
-                          absl::InvalidArgumentError(
-                              "prescale_factor and postscale_factor apply to floating-point "
-                              "tensors only; '" + e.request.name + "' is " +
-                              DataTypeName(e.request.dtype)),
-                          done);
-      }
-      e.request.kind = CollectiveKind::kAllreduce;
-      e.request.reduce_op = static_cast<ReduceOp>(reduce_op_);
-      e.request.prescale_factor = prescale_;
-      e.request.postscale_factor = postscale_;
+      OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
-      e.request.cacheable = cacheable_;
       // When nothing else holds the input (a gradient inside a step, say), reduce in place:
       // MPI then works on memory the producer just wrote, instead of a fresh output buffer.
       Tensor* output = nullptr;
@@ -107,9 +139,9 @@ class AllreduceOp : public AsyncOpKernel {
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
     auto completion = KernelCompletion::Create(
-        ctx, done, n, eager_ && bytes <= KernelCompletion::kInlineWaitMaxBytes);
+        ctx, done, n, attrs_.eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
     for (Entry& e : entries) {
-      e.eager = eager_;
+      e.eager = attrs_.eager;
       e.done = KernelCompletion::EntryCallback(completion);
       Submit<kOnGpu>(ctx, std::move(e));
     }
@@ -117,11 +149,7 @@ class AllreduceOp : public AsyncOpKernel {
   }
 
  private:
-  int reduce_op_;
-  float prescale_, postscale_;
-  std::string name_;
-  bool cacheable_;
-  bool eager_;
+  const ReduceAttrs attrs_;
 };
 
 template <bool kOnGpu>
@@ -151,15 +179,7 @@ class AllgatherOp : public AsyncOpKernel {
       e.request.shape = ShapeOf(input);
       e.request.cacheable = false;
       e.input = DataOf(input);
-      e.allocate_output = [ctx, i](const Shape& shape, void** buffer) -> Status {
-        tensorflow::TensorShape tf_shape;
-        for (int64_t d : shape) tf_shape.AddDim(d);
-        Tensor* output = nullptr;
-        absl::Status s = ctx->allocate_output(i, tf_shape, &output);
-        if (!s.ok()) return Status::Internal("allocating the allgather output: " + s.ToString());
-        *buffer = MutableDataOf(output);
-        return Status::OK();
-      };
+      e.allocate_output = OutputAllocator(ctx, i, "allgather");
       bytes += input.TotalBytes();
     }
     if (n == 0) return done();
@@ -233,41 +253,21 @@ class BroadcastOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class ReducescatterOp : public AsyncOpKernel {
  public:
-  explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
-    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
-    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
-    OP_REQUIRES(c, IsValidReduceOp(reduce_op_),
-                absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op_)));
-  }
+  explicit ReducescatterOp(OpKernelConstruction* c) : AsyncOpKernel(c), attrs_(c) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.name = name_;
-    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    e.request.name = attrs_.name;
+    if (!CheckCommon(ctx, attrs_.name, input, &e.request.dtype)) return done();
     if (input.dims() == 0) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
-                                                   name_ + "' is a scalar"),
+                                                   attrs_.name + "' is a scalar"),
                         done);
     }
-    if (!IsFloatingPoint(e.request.dtype) && (prescale_ != 1.0f || postscale_ != 1.0f)) {
-      TFRING_FAIL_ASYNC(ctx,
-                        absl::InvalidArgumentError(
-                            "prescale_factor and postscale_factor apply to floating-point "
-                            "tensors only; '" + name_ + "' is " + DataTypeName(e.request.dtype)),
-                        done);
-    }
-    e.request.kind = CollectiveKind::kReducescatter;
-    e.request.reduce_op = static_cast<ReduceOp>(reduce_op_);
-    e.request.prescale_factor = prescale_;
-    e.request.postscale_factor = postscale_;
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kReducescatter, &e.request), done);
     e.request.shape = ShapeOf(input);
-    e.request.cacheable = cacheable_;
     const ProcessLayout layout = GlobalRuntime::Get().layout();
     tensorflow::TensorShape out_shape = input.shape();
     out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), layout.size)[layout.rank]);
@@ -276,19 +276,15 @@ class ReducescatterOp : public AsyncOpKernel {
     e.input = DataOf(input);
     e.output = MutableDataOf(output);
     auto completion = KernelCompletion::Create(
-        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
-    e.eager = eager_;
+        ctx, done, 1, attrs_.eager && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
+    e.eager = attrs_.eager;
     e.done = KernelCompletion::EntryCallback(completion);
     Submit<kOnGpu>(ctx, std::move(e));
     completion->WaitInline();
   }
 
  private:
-  int reduce_op_;
-  float prescale_, postscale_;
-  std::string name_;
-  bool cacheable_;
-  bool eager_;
+  const ReduceAttrs attrs_;
 };
 
 template <bool kOnGpu>
@@ -338,15 +334,7 @@ class AlltoallOp : public AsyncOpKernel {
       for (size_t r = 0; r < received.size(); ++r) out->vec<int64_t>()(r) = received[r];
       return Status::OK();
     };
-    e.allocate_output = [ctx](const Shape& shape, void** buffer) -> Status {
-      tensorflow::TensorShape tf_shape;
-      for (int64_t d : shape) tf_shape.AddDim(d);
-      Tensor* output = nullptr;
-      const absl::Status s = ctx->allocate_output(0, tf_shape, &output);
-      if (!s.ok()) return Status::Internal("allocating the alltoall output: " + s.ToString());
-      *buffer = MutableDataOf(output);
-      return Status::OK();
-    };
+    e.allocate_output = OutputAllocator(ctx, 0, "alltoall");
     auto completion = KernelCompletion::Create(
         ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
     e.eager = eager_;
