@@ -20,11 +20,13 @@ from tfring._library import build_info  # noqa: E402
 from tfring.collectives import (  # noqa: E402
     Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, alltoall, barrier,
     broadcast, broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
-    grouped_allreduce, grouped_reducescatter, reducescatter)
+    grouped_allreduce, grouped_reducescatter, join, reducescatter)
 from tfring.compression import Compression  # noqa: E402
 from tfring.gradient_tape import DistributedGradientTape  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
+from tfring.process_sets import (  # noqa: E402
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
 from tfring.runtime import (  # noqa: E402
     cross_rank, cross_size, init, is_initialized, local_rank, local_rank_op, local_size,
     local_size_op, mpi_built, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
@@ -39,7 +41,8 @@ __all__ = [
     "mpi_version", "build_info", "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",
     "grouped_reducescatter", "alltoall", "broadcast",
-    "broadcast_", "barrier", "broadcast_variables",
+    "broadcast_", "barrier", "join", "broadcast_variables",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "allgather_object", "broadcast_object",
     "Compression", "DistributedOptimizer", "DistributedGradientTape",
     "BroadcastGlobalVariablesHook", "broadcast_global_variables",

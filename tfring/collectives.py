@@ -1,9 +1,10 @@
 """Collective operations on tensors: allreduce, grouped_allreduce, allgather,
 grouped_allgather, reducescatter, grouped_reducescatter, alltoall, broadcast, broadcast_,
-barrier.
+barrier, join.
 
 Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient. The data
-goes from the op's C++ kernel to the runtime and MPI without passing through Python.
+goes from the op's C++ kernel to the runtime and MPI without passing through Python. Each
+takes `process_set=` (tfring.ProcessSet) to run among a subset of the ranks.
 """
 
 import functools
@@ -14,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _library, naming, runtime
+from tfring.process_sets import from_attr, global_process_set
 
 # Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
 Average = 0
@@ -70,15 +72,27 @@ def _resolve_op(average, op):
     return op
 
 
-def _check_root(root_rank):
-    if runtime.is_initialized() and not 0 <= root_rank < runtime.size():
+def _check_root(root_rank, process_set=global_process_set):
+    if not runtime.is_initialized():
+        return
+    if not 0 <= root_rank < runtime.size():
         raise ValueError(f"`root_rank` must be in [0, size) = [0, {runtime.size()}). "
                          f"Received: root_rank={root_rank}")
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"`root_rank` {root_rank} is not in the process set "
+                         f"{process_set.ranks}.")
+
+
+def _set_size(process_set):
+    """The set's size as a tensor (works in graphs built before init for all ranks)."""
+    if process_set is global_process_set:
+        return runtime.size_op()
+    return tf.constant(process_set.size(), tf.int32)
 
 
 @_clean_eager_errors
 def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              name=None):
+              name=None, process_set=global_process_set):
     """Reduces a tensor over all ranks; every rank gets the result.
 
     Args:
@@ -90,6 +104,7 @@ def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_fact
         prescale_factor: multiplies the input before the reduction (floating point only).
         postscale_factor: multiplies the result (floating point only).
         name: the name that pairs this tensor across ranks (see tfring.naming).
+        process_set: the ranks that take part (tfring.ProcessSet); default all.
 
     Returns:
         A tensor of the same shape and dtype.
@@ -99,29 +114,30 @@ def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_fact
     """
     op = _resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_indexed_slices(tensor, op, name)
+        return _allreduce_indexed_slices(tensor, op, name, process_set)
     tensor = tf.convert_to_tensor(tensor)
     tensor_name, cacheable = naming.tensor_name("allreduce", name)
     _check_dtype(tensor, _REDUCIBLE, "allreduce", tensor_name)
     return _library.ops().tfring_allreduce(
         tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly())
+        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
+        process_set=process_set._attr("tfring.allreduce"))
 
 
-def _allreduce_indexed_slices(slices, op, name):
+def _allreduce_indexed_slices(slices, op, name, process_set):
     if op not in (Average, Sum):
         raise ValueError("allreduce of tf.IndexedSlices supports op=Average and Sum only.")
     base = name if name is not None else naming.tensor_name("allreduce_sparse")[0]
-    values = allgather(slices.values, name=f"{base}.values")
-    indices = allgather(slices.indices, name=f"{base}.indices")
+    values = allgather(slices.values, name=f"{base}.values", process_set=process_set)
+    indices = allgather(slices.indices, name=f"{base}.indices", process_set=process_set)
     if op == Average:
-        values = values / tf.cast(runtime.size_op(), values.dtype)
+        values = values / tf.cast(_set_size(process_set), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 @_clean_eager_errors
 def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None):
+                      postscale_factor=1.0, name=None, process_set=global_process_set):
     """Allreduces a list of tensors submitted together, so they travel fused.
 
     Args and Returns: as `allreduce`, for each tensor of the list (dtypes may differ).
@@ -136,11 +152,11 @@ def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
     return _library.ops().tfring_grouped_allreduce(
         tensors, reduce_op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable,
-        eager=tf.executing_eagerly())
+        eager=tf.executing_eagerly(), process_set=process_set._attr("tfring.grouped_allreduce"))
 
 
 @_clean_eager_errors
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
     The first dimension may differ between ranks; the others must agree.
@@ -155,11 +171,12 @@ def allgather(tensor, name=None):
         raise ValueError(f"allgather needs a tensor of rank >= 1; '{tensor_name}' is a scalar. "
                          "Reshape it to [1] first.")
     return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name,
-                                           eager=tf.executing_eagerly())
+                                           eager=tf.executing_eagerly(),
+                                           process_set=process_set._attr("tfring.allgather"))
 
 
 @_clean_eager_errors
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors submitted together, so they travel fused.
 
     Args and Returns: as `allgather`, for each tensor of the list (dtypes may differ).
@@ -173,12 +190,14 @@ def grouped_allgather(tensors, name=None):
         if t.shape.rank == 0:
             raise ValueError(f"grouped_allgather needs tensors of rank >= 1; "
                              f"'{tensor_name}.{i}' is a scalar. Reshape it to [1] first.")
-    return _library.ops().tfring_grouped_allgather(tensors, tensor_name=tensor_name,
-                                                   eager=tf.executing_eagerly())
+    return _library.ops().tfring_grouped_allgather(
+        tensors, tensor_name=tensor_name, eager=tf.executing_eagerly(),
+        process_set=process_set._attr("tfring.grouped_allgather"))
 
 
 @_clean_eager_errors
-def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None):
+def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                  process_set=global_process_set):
     """Reduces a tensor over all ranks; rank r gets its block of the first dimension.
 
     The first dimension (the same on every rank) is split as evenly as possible, the lower
@@ -198,11 +217,12 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                          "scalar. Reshape it to [1] first.")
     return _library.ops().tfring_reducescatter(
         tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly())
+        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
+        process_set=process_set._attr("tfring.reducescatter"))
 
 
 def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                          name=None):
+                          name=None, process_set=global_process_set):
     """`reducescatter` of each tensor of a list (dtypes may differ); returns their blocks.
 
     Submitted together; unlike grouped_allreduce they are not fused into one backend call
@@ -210,12 +230,13 @@ def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_fa
     """
     base = name if name is not None else naming.tensor_name("grouped_reducescatter")[0]
     return [reducescatter(t, op=op, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor, name=f"{base}.{i}")
+                          postscale_factor=postscale_factor, name=f"{base}.{i}",
+                          process_set=process_set)
             for i, t in enumerate(tensors)]
 
 
 @_clean_eager_errors
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends rows of `tensor` to every rank; returns what every rank sent this one.
 
     Args:
@@ -236,54 +257,77 @@ def alltoall(tensor, splits=None, name=None):
         raise ValueError(f"alltoall needs a tensor of rank >= 1; '{tensor_name}' is a scalar.")
     if splits is None:
         rows = tf.shape(tensor, out_type=tf.int64)[0]
-        size = tf.cast(runtime.size_op(), tf.int64)
+        size = tf.cast(_set_size(process_set), tf.int64)
         if tensor.shape[0] is not None and runtime.is_initialized() and \
-                tensor.shape[0] % runtime.size() != 0:
+                tensor.shape[0] % process_set.size() != 0:
             raise ValueError(f"alltoall '{tensor_name}': {tensor.shape[0]} rows do not split "
-                             f"evenly over {runtime.size()} ranks; pass splits=")
+                             f"evenly over {process_set.size()} ranks; pass splits=")
         splits = tf.fill([size], rows // size)
     splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
-    return tuple(_library.ops().tfring_alltoall(tensor, splits, tensor_name=tensor_name,
-                                                eager=tf.executing_eagerly()))
+    return tuple(_library.ops().tfring_alltoall(
+        tensor, splits, tensor_name=tensor_name, eager=tf.executing_eagerly(),
+        process_set=process_set._attr("tfring.alltoall")))
 
 
 @_clean_eager_errors
-def barrier(name=None):
-    """Blocks until every rank has called `barrier` (with the same name).
+def barrier(name=None, process_set=global_process_set):
+    """Blocks until every rank (of the process set) has called `barrier` (with the same name).
 
     Returns None, except in a TF1 graph, where it returns the op to run (inside tf.function
     the op runs in program order by itself).
     """
     tensor_name, cacheable = naming.tensor_name("barrier", name)
     op = _library.ops().tfring_barrier(tensor_name=tensor_name, cacheable=cacheable,
-                                       eager=tf.executing_eagerly())
+                                       eager=tf.executing_eagerly(),
+                                       process_set=process_set._attr("tfring.barrier"))
     return None if tf.executing_eagerly() or tf.inside_function() else op
 
 
 @_clean_eager_errors
-def broadcast(tensor, root_rank, name=None):
-    """Returns root_rank's value of `tensor` on every rank."""
+def join():
+    """Tells the other ranks that this one has run out of data; returns once every rank has.
+
+    Until then this rank takes part in the others' collectives without data of its own: it
+    contributes zeros to their sums (the identity of Min, Max and Product to those), and
+    an Average divides by the ranks that had data only; it adds no rows to an allgather.
+    The other ranks go on as if it had submitted every op they run. A broadcast from a
+    joined root, an alltoall, and (in this version) a GPU tensor fail while a rank is
+    joined. A joined rank submits nothing more until every rank has joined.
+
+    Returns:
+        The last rank to join (an int in eager mode, a scalar int32 tensor in a graph):
+        the one that ran longest, to broadcast the final state from.
+    """
+    out = _library.ops().tfring_join(eager=tf.executing_eagerly())
+    return int(out.numpy()) if tf.executing_eagerly() else out
+
+
+@_clean_eager_errors
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's value of `tensor` on every rank (of the process set; root_rank is
+    a global rank, a member of the set)."""
     tensor = tf.convert_to_tensor(tensor)
     tensor_name, cacheable = naming.tensor_name("broadcast", name)
     _check_dtype(tensor, _GATHERABLE, "broadcast", tensor_name)
-    _check_root(root_rank)
+    _check_root(root_rank, process_set)
     return _library.ops().tfring_broadcast(tensor, root_rank=root_rank, tensor_name=tensor_name,
-                                           cacheable=cacheable, eager=tf.executing_eagerly())
+                                           cacheable=cacheable, eager=tf.executing_eagerly(),
+                                           process_set=process_set._attr("tfring.broadcast"))
 
 
-def broadcast_variables(variables, root_rank, name=None):
+def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns root_rank's values to `variables` on every rank.
 
     In eager mode the assignment happens now; in a graph it returns the grouped assign op.
     """
-    _check_root(root_rank)
+    _check_root(root_rank, process_set)
     base = name if name is not None else naming.tensor_name("broadcast_variables")[0]
-    assigns = [v.assign(broadcast(v, root_rank, name=f"{base}.{i}"))
+    assigns = [v.assign(broadcast(v, root_rank, name=f"{base}.{i}", process_set=process_set))
                for i, v in enumerate(variables)]
     return None if tf.executing_eagerly() else tf.group(*assigns)
 
 
-def broadcast_(variables, root_rank, name=None):
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """In place: every variable of `variables` (one, or a list) takes root_rank's value.
 
     Horovod's `broadcast_`. Returns the variables (the same objects), so it composes:
@@ -297,9 +341,9 @@ def broadcast_(variables, root_rank, name=None):
             raise TypeError(f"broadcast_ works in place on tf.Variable objects; got "
                             f"{type(v).__name__}. Use tfring.broadcast for tensors.")
     base = name if name is not None else naming.tensor_name("broadcast_")[0]
-    _check_root(root_rank)
+    _check_root(root_rank, process_set)
     for i, v in enumerate(listed):
-        v.assign(broadcast(v, root_rank, name=f"{base}.{i}"))
+        v.assign(broadcast(v, root_rank, name=f"{base}.{i}", process_set=process_set))
     return variables
 
 
@@ -339,7 +383,8 @@ def _allreduce_grad(op, grad):
         raise ValueError(f"tfring.allreduce has a gradient for op=Average and Sum only, "
                          f"not op={_OP_NAMES[reduce_op]}.")
     return allreduce(grad, op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
-                     postscale_factor=op.get_attr("postscale_factor"))
+                     postscale_factor=op.get_attr("postscale_factor"),
+                     process_set=from_attr(op.get_attr("process_set")))
 
 
 @tf.RegisterGradient("TfringGroupedAllreduce")
@@ -350,15 +395,19 @@ def _grouped_allreduce_grad(op, *grads):
                          f"not op={_OP_NAMES[reduce_op]}.")
     return grouped_allreduce(list(grads), op=reduce_op,
                              prescale_factor=op.get_attr("prescale_factor"),
-                             postscale_factor=op.get_attr("postscale_factor"))
+                             postscale_factor=op.get_attr("postscale_factor"),
+                             process_set=from_attr(op.get_attr("process_set")))
 
 
-def _gathered_input_grad(my_input, grad):
+def _gathered_input_grad(my_input, grad, process_set):
     # d(loss)/d(my rows) = the sum over ranks of their upstream gradient for my rows.
-    grad = allreduce(grad, op=Sum)
+    grad = allreduce(grad, op=Sum, process_set=process_set)
     my_rows = tf.shape(my_input, out_type=tf.int64)[:1]
-    rows = allgather(my_rows)
-    rank = tf.cast(runtime.rank_op(), tf.int64)
+    rows = allgather(my_rows, process_set=process_set)
+    if process_set is global_process_set:
+        rank = tf.cast(runtime.rank_op(), tf.int64)
+    else:
+        rank = tf.constant(process_set.rank(), tf.int64)
     start = tf.reduce_sum(rows[:rank])
     begin = tf.concat([[start], tf.zeros_like(tf.shape(grad, out_type=tf.int64)[1:])], 0)
     return tf.slice(grad, begin, tf.shape(my_input, out_type=tf.int64))
@@ -366,12 +415,13 @@ def _gathered_input_grad(my_input, grad):
 
 @tf.RegisterGradient("TfringAllgather")
 def _allgather_grad(op, grad):
-    return _gathered_input_grad(op.inputs[0], grad)
+    return _gathered_input_grad(op.inputs[0], grad, from_attr(op.get_attr("process_set")))
 
 
 @tf.RegisterGradient("TfringGroupedAllgather")
 def _grouped_allgather_grad(op, *grads):
-    return [_gathered_input_grad(x, g) for x, g in zip(op.inputs, grads)]
+    process_set = from_attr(op.get_attr("process_set"))
+    return [_gathered_input_grad(x, g, process_set) for x, g in zip(op.inputs, grads)]
 
 
 @tf.RegisterGradient("TfringReducescatter")
@@ -382,10 +432,11 @@ def _reducescatter_grad(op, grad):
     if reduce_op not in (Average, Sum):
         raise ValueError(f"tfring.reducescatter has a gradient for op=Average and Sum only, "
                          f"not op={_OP_NAMES[reduce_op]}.")
-    gathered = allgather(grad)
+    process_set = from_attr(op.get_attr("process_set"))
+    gathered = allgather(grad, process_set=process_set)
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == Average:
-        return gathered * tf.cast(factor, gathered.dtype) / tf.cast(runtime.size_op(),
+        return gathered * tf.cast(factor, gathered.dtype) / tf.cast(_set_size(process_set),
                                                                      gathered.dtype)
     return gathered * tf.cast(factor, gathered.dtype) if factor != 1.0 else gathered
 
@@ -394,13 +445,14 @@ def _reducescatter_grad(op, grad):
 def _alltoall_grad(op, grad, _received_splits_grad):
     # The rows I received from rank q came from q's rows sent to me: send the gradient back
     # the same way, with the received splits as the splits.
-    back, _ = alltoall(grad, splits=op.outputs[1])
+    back, _ = alltoall(grad, splits=op.outputs[1],
+                       process_set=from_attr(op.get_attr("process_set")))
     return back, None
 
 
 @tf.RegisterGradient("TfringBroadcast")
 def _broadcast_grad(op, grad):
     # Every rank's output is the root's input: the root's gradient is the sum over ranks.
-    summed = allreduce(grad, op=Sum)
+    summed = allreduce(grad, op=Sum, process_set=from_attr(op.get_attr("process_set")))
     is_root = tf.equal(runtime.rank_op(), op.get_attr("root_rank"))
     return summed * tf.cast(is_root, summed.dtype)

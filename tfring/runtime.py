@@ -11,12 +11,16 @@ _INIT_ERRORS = {1: ValueError, 2: RuntimeError, 3: RuntimeError, 4: TimeoutError
 _atexit_registered = False
 
 
-def init():
+def init(process_sets=None):
     """Starts tfring in this process: MPI (unless already initialized) and the background thread.
 
     Call once per process, before any collective; calling it again is harmless. Every rank of
     the job must call it. Settings are read from the environment (TFRING_* variables, see
     README) at this moment.
+
+    Args:
+        process_sets: Horovod's static process sets (tfring.ProcessSet objects); checked
+            against the job's size. tfring needs no registration: any ProcessSet works.
 
     Raises:
         RuntimeError: MPI could not be initialized, or a setting is malformed (ValueError).
@@ -31,6 +35,10 @@ def init():
         # Finalize MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
         atexit.register(lib.tfring_atexit)
         _atexit_registered = True
+    if process_sets:
+        from tfring.process_sets import add_process_set
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def shutdown():

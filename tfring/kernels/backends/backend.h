@@ -18,6 +18,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // How the timeline names this backend's allreduce, after the backend's name: "ALLREDUCE",
+  // or "HIERARCHICAL_ALLREDUCE" where it reduces within each host first.
+  virtual const char* allreduce_phase() const { return "ALLREDUCE"; }
 
   // out = op over ranks of in, element-wise. `in == out` is allowed (in place).
   // `op` is never kAverage: the coordinator reduces with kSum and scales.

@@ -1,6 +1,7 @@
 #include "tfring/kernels/common/elementwise.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "tfring/kernels/common/half.h"
 #include "tfring/kernels/common/logging.h"
@@ -60,7 +61,39 @@ void FloorDivideTyped(int64_t divisor, void* buf, int64_t count) {
   }
 }
 
+template <typename T>
+T IdentityOf(ReduceOp op) {
+  using L = std::numeric_limits<T>;
+  switch (op) {
+    case ReduceOp::kProduct: return T(1);
+    case ReduceOp::kMin: return L::has_infinity ? L::infinity() : L::max();
+    case ReduceOp::kMax: return L::has_infinity ? -L::infinity() : L::lowest();
+    default: return T(0);
+  }
+}
+
+template <typename T>
+void FillTyped(T value, void* buf, int64_t count) {
+  std::fill(static_cast<T*>(buf), static_cast<T*>(buf) + count, value);
+}
+
 }  // namespace
+
+void FillIdentity(DataType dtype, ReduceOp op, void* buf, int64_t count) {
+  switch (dtype) {
+    case DataType::kUInt8: return FillTyped(IdentityOf<uint8_t>(op), buf, count);
+    case DataType::kInt8: return FillTyped(IdentityOf<int8_t>(op), buf, count);
+    case DataType::kInt32: return FillTyped(IdentityOf<int32_t>(op), buf, count);
+    case DataType::kInt64: return FillTyped(IdentityOf<int64_t>(op), buf, count);
+    case DataType::kFloat32: return FillTyped(IdentityOf<float>(op), buf, count);
+    case DataType::kFloat64: return FillTyped(IdentityOf<double>(op), buf, count);
+    case DataType::kFloat16:
+      return FillTyped(FloatToHalf(IdentityOf<float>(op)), buf, count);
+    case DataType::kBFloat16:
+      return FillTyped(FloatToBFloat16(IdentityOf<float>(op)), buf, count);
+    case DataType::kBool: return FillTyped<uint8_t>(0, buf, count);
+  }
+}
 
 void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_t count) {
   switch (dtype) {

@@ -19,4 +19,9 @@ void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count);
 // buf[i] = floor(buf[i] / divisor), exact integer arithmetic: Average on integer tensors.
 void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count);
 
+// buf[i] = the identity of `op` (0 for Sum and Average, 1 for Product, the type's largest
+// value for Min and lowest for Max; infinities for floating point): what a rank that has
+// joined contributes to the others' reductions.
+void FillIdentity(DataType dtype, ReduceOp op, void* buf, int64_t count);
+
 }  // namespace tfring

@@ -27,8 +27,9 @@
 //   TFRING_AUTOTUNE_SAMPLES_PER_TRIAL   samples  3         samples per candidate (median)
 //   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
 //                                                          host memory); builds with NCCL only
-//   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         GPU allreduce: NCCL inside each host,
-//                                                          MPI across hosts (one rank per host)
+//   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         allreduce inside each host first, then
+//                                                          across hosts (one rank per host): GPU:
+//                                                          NCCL + MPI; host tensors: MPI only
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,7 @@ const char* CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kReducescatter: return "reducescatter";
     case CollectiveKind::kAlltoall: return "alltoall";
+    case CollectiveKind::kJoin: return "join";
   }
   return "unknown";
 }

@@ -42,6 +42,10 @@ enum class CollectiveKind : uint8_t {
   kReducescatter = 4,
   // Rank q sends rows splits[r] of its tensor to rank r (Request::splits).
   kAlltoall = 5,
+  // Local only, never negotiated: this rank has run out of data (tfring.join). Until every
+  // rank has joined, it takes part in the others' collectives with the identity of their
+  // reduction; then every rank's join completes with the last rank to join.
+  kJoin = 6,
 };
 
 size_t DataTypeSize(DataType dtype);

@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/fusion.h"
 
@@ -33,18 +34,90 @@ void ClearBit(std::vector<uint64_t>* w, size_t base, int bit) {
   (*w)[base + bit / 64] &= ~(uint64_t{1} << (bit % 64));
 }
 
+bool IsMember(const std::vector<int32_t>& members, int rank) {
+  return std::binary_search(members.begin(), members.end(), rank);
+}
+
+int PositionIn(const std::vector<int32_t>& members, int rank) {
+  return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) -
+                          members.begin());
+}
+
+// Buffers for the entries a joined rank runs in place of data it does not have.
+struct Scratch {
+  std::deque<std::vector<char>> buffers;
+  std::deque<Entry> entries;
+
+  char* Buffer(size_t bytes) {
+    buffers.emplace_back(bytes);
+    return buffers.back().data();
+  }
+};
+
+// The entry a joined rank (a member of r's set at `position` of `set_size`) runs for `r`:
+// the identity of the reduction as its input, its outputs thrown away.
+Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scratch) {
+  scratch->entries.emplace_back();
+  Entry* e = &scratch->entries.back();
+  e->request = SignatureOf(r);
+  e->done = [](const Status&) {};
+  const int64_t count = NumElements(r.shape);
+  const size_t esize = DataTypeSize(r.dtype);
+  switch (r.kind) {
+    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kReducescatter: {
+      char* in = scratch->Buffer(count * esize);
+      FillIdentity(r.dtype, r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op, in,
+                   count);
+      e->input = in;
+      e->output = in;
+      if (r.kind == CollectiveKind::kReducescatter) {
+        const int64_t rows = ReducescatterRows(r.shape[0], set_size)[position];
+        e->output = scratch->Buffer(rows * RowBytes(e->request));
+      }
+      break;
+    }
+    case CollectiveKind::kBroadcast:
+      e->output = scratch->Buffer(count * esize);
+      e->input = e->output;
+      break;
+    case CollectiveKind::kAllgather:
+      e->request.shape[0] = 0;  // contributes no rows
+      e->allocate_output = [scratch, esize](const Shape& shape, void** buffer) {
+        *buffer = scratch->Buffer(NumElements(shape) * esize);
+        return Status::OK();
+      };
+      break;
+    default:
+      break;  // barrier: no data; alltoall never runs with joined ranks (JoinedProblem)
+  }
+  return e;
+}
+
+// Bytes a response moves through the fusion buffer (the same on every rank).
+int64_t ResponseBytes(const Response& r) {
+  const Request sig = SignatureOf(r);
+  if (r.kind != CollectiveKind::kAllgather) return TensorBytes(sig);
+  int64_t rows = 0;
+  for (int64_t d : r.first_dims) rows += d;
+  return rows * RowBytes(sig);
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
                          std::unique_ptr<Backend> backend,
-                         std::unique_ptr<GroupExecutor> device_executor)
+                         std::unique_ptr<GroupExecutor> device_executor,
+                         ProcessSetFactory process_sets)
     : options_(options),
       control_plane_(std::move(control_plane)),
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
       host_(std::move(backend), rank_, size_),
       device_(std::move(device_executor)),
+      make_set_(std::move(process_sets)),
       cache_(options.cache_capacity),
+      joined_ranks_(size_, false),
       negotiator_(size_),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
       cycle_time_ms_(options.cycle_time_ms) {
@@ -88,7 +161,37 @@ void Coordinator::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
+std::string Coordinator::PrepareEntry(Entry* e) const {
+  Request& r = e->request;
+  std::vector<int32_t>& set = r.process_set;
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (set[i] < 0 || set[i] >= size_ || (i > 0 && set[i] <= set[i - 1])) {
+      return "the process set of '" + r.name + "', " + RankListString(set) +
+             ", must list distinct ranks in [0, " + std::to_string(size_) + "), ascending";
+    }
+  }
+  if (static_cast<int>(set.size()) == size_) set.clear();  // all ranks: the global set
+  if (!set.empty() && !IsMember(set, rank_)) {
+    return "rank " + std::to_string(rank_) + " is not in the process set " +
+           RankListString(set) + " of '" + r.name + "': only its members may submit it";
+  }
+  if (!set.empty() && !make_set_) {
+    return "tensor '" + r.name + "' is in a process set, which this runtime does not support";
+  }
+  if (r.kind == CollectiveKind::kBroadcast && !set.empty() && !IsMember(set, r.root_rank)) {
+    return "broadcast '" + r.name + "': root_rank " + std::to_string(r.root_rank) +
+           " is not in its process set " + RankListString(set);
+  }
+  r.name = TensorKey(r.name, set);
+  return "";
+}
+
 void Coordinator::Enqueue(Entry entry) {
+  const std::string problem = PrepareEntry(&entry);
+  if (!problem.empty()) {
+    entry.done(Status::InvalidArgument(problem));
+    return;
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!accepting_) {
     Status s = stopped_status_.ok()
@@ -200,6 +303,23 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
           "each concurrent op its own name="));
       continue;
     }
+    if (e.request.kind == CollectiveKind::kJoin) {
+      // From now on this rank takes part with no data. Its cached entries go through
+      // negotiation, where rank 0 sees that it has them: a cached run counts every joined
+      // member of the set as having none.
+      joined_ = true;
+      for (auto& kv : table_) {
+        if (kv.second.state == State::kCachedWaiting) invalidate->push_back(kv.second.slot);
+      }
+      table_.emplace(name, Pending{std::move(e), State::kJoined, -1, now});
+      continue;
+    }
+    if (joined_) {
+      e.done(Status::FailedPrecondition(
+          "rank " + std::to_string(rank_) + " has joined (tfring.join) and cannot run '" + name +
+          "' until every rank has joined"));
+      continue;
+    }
     Pending p{std::move(e), State::kToSend, -1, now};
     const int slot = cache_.Find(name);
     if (slot >= 0 && cache_.signature(slot).SameSignature(p.entry.request)) {
@@ -232,11 +352,11 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (autotuner_ && !params_pending_) params_pending_ = autotuner_->TakeChange(&pending_params_);
   if (params_pending_) force_round = true;  // the setting travels in a negotiation round
 
-  // Step 2: one AND-allreduce of flags, ready bits and still-valid bits.
+  // Step 2: one AND-allreduce of flags, ready bits, still-valid bits and not-joined bits.
   const int nbits = cache_.num_bits();
   const size_t nwords = (nbits + 63) / 64;
-  const size_t ready_base = 1, valid_base = 1 + nwords;
-  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  const size_t ready_base = 1, valid_base = 1 + nwords, joined_base = 1 + 2 * nwords;
+  std::vector<uint64_t> words(1 + 2 * nwords + (size_ + 63) / 64, 0);
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -245,12 +365,29 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (send_order_.empty() && !force_round) words[0] |= kFlagNoNewRequests;
   if (!shutting_down) words[0] |= kFlagNotShuttingDown;
   for (size_t i = 0; i < nwords; ++i) words[valid_base + i] = ~uint64_t{0};
+  for (size_t i = joined_base; i < words.size(); ++i) words[i] = ~uint64_t{0};
+  if (joined_) ClearBit(&words, joined_base, rank_);
   for (int slot : invalidate) ClearBit(&words, valid_base, slot);
   for (const auto& kv : table_) {
     if (kv.second.state == State::kCachedWaiting) SetBit(&words, ready_base, kv.second.slot);
   }
+  // Slots this rank never holds up: any, once joined; those of sets it is not in.
+  for (int slot = 0; slot < nbits; ++slot) {
+    if (cache_.used(slot) &&
+        (joined_ || !IsMember(SetMembers(cache_.response(slot).process_set, size_), rank_))) {
+      SetBit(&words, ready_base, slot);
+    }
+  }
   for (int slot : invalidate) ClearBit(&words, ready_base, slot);
   TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(&words));
+
+  std::vector<bool> joined(size_);
+  bool all_joined = true;
+  for (int r = 0; r < size_; ++r) {
+    joined[r] = !TestBit(words, joined_base, r);
+    all_joined = all_joined && joined[r];
+  }
+  const bool joined_changed = joined != joined_ranks_;
 
   std::vector<Response> execute;
   for (int slot = 0; slot < nbits; ++slot) {
@@ -266,11 +403,16 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
       }
     } else if (TestBit(words, ready_base, slot)) {
       execute.push_back(cache_.response(slot));
+      for (int32_t m : SetMembers(execute.back().process_set, size_)) {
+        if (joined[m]) execute.back().joined.push_back(m);
+      }
     }
   }
 
-  // Step 3: a negotiation round when any rank has new requests.
-  if (!(words[0] & kFlagNoNewRequests)) {
+  // Step 3: a negotiation round when any rank has new requests, or when who has joined
+  // changed (tensors waiting for a rank that has now joined are complete).
+  if (!(words[0] & kFlagNoNewRequests) || joined_changed) {
+    if (rank_ == 0) negotiator_.SetJoined(joined);
     TFRING_RETURN_IF_ERROR(Negotiate(&execute, stop));
     *progress = true;
   }
@@ -287,6 +429,13 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
                                     SteadyClock::now().time_since_epoch()).count());
     }
   }
+  if (all_joined && !*stop) {
+    FinishJoins(joined_ranks_);
+    *progress = true;
+    joined.assign(size_, false);
+    if (rank_ == 0) negotiator_.SetJoined(joined);
+  }
+  joined_ranks_ = joined;
   if (*stop) return Status::OK();
   if (!(words[0] & kFlagNotShuttingDown)) {
     FailEverything(Status::Aborted(
@@ -344,11 +493,8 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, &list));
   ApplyParams(list);
   for (Response& r : list.responses) {
-    if (r.ok() && r.cacheable) {
-      auto it = table_.find(r.name);
-      TFRING_CHECK(it != table_.end()) << "negotiated '" << r.name << "' is not pending here";
-      cache_.Put(r, it->second.entry.request);
-    }
+    // Every rank records it, members of its set or not, so that caches stay identical.
+    if (r.ok() && r.cacheable) cache_.Put(r, SignatureOf(r));
     execute->push_back(std::move(r));
   }
   if (!list.abort_message.empty()) {
@@ -409,28 +555,96 @@ void Coordinator::FailEverything(const Status& status) {
   for (Entry& e : queued) e.done(status);
 }
 
+void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
+  // The last to join: of the ranks that joined in this cycle, the highest.
+  int32_t last = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (!joined_before[r]) last = r;
+  }
+  if (last < 0) last = size_ - 1;
+  joined_ = false;
+  std::vector<std::string> joins;
+  for (const auto& kv : table_) {
+    if (kv.second.state == State::kJoined) joins.push_back(kv.first);
+  }
+  for (const std::string& name : joins) {
+    Entry& e = table_.at(name).entry;
+    if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
+    Finish(name, Status::OK());
+  }
+}
+
+Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
+                                 GroupExecutor** device) {
+  if (static_cast<int>(members.size()) == size_) {
+    *host = &host_;
+    *device = device_.get();
+    return Status::OK();
+  }
+  auto it = sets_.find(members);
+  if (it == sets_.end()) {
+    SetExecutors made;
+    TFRING_RETURN_IF_ERROR(make_set_(members, &made));
+    made.host->set_timeline(&timeline_);
+    if (made.device) made.device->set_timeline(&timeline_);
+    it = sets_.emplace(members, std::move(made)).first;
+  }
+  *host = it->second.host.get();
+  *device = it->second.device.get();
+  return Status::OK();
+}
+
 int64_t Coordinator::Execute(const std::vector<Response>& responses) {
-  int64_t executed_bytes = 0;
-  std::vector<FusionItem> items;
-  std::vector<Entry*> entries;
+  // Set by set, in the order the sets first appear: the same on every rank.
+  std::vector<std::vector<int32_t>> order;
+  std::map<std::vector<int32_t>, std::vector<const Response*>> by_set;
   for (const Response& r : responses) {
+    auto& list = by_set[r.process_set];
+    if (list.empty()) order.push_back(r.process_set);
+    list.push_back(&r);
+  }
+  int64_t bytes = 0;
+  for (const std::vector<int32_t>& set : order) {
+    const std::vector<int32_t> members = SetMembers(set, size_);
+    if (IsMember(members, rank_)) bytes += ExecuteInSet(members, by_set[set]);
+  }
+  return bytes;
+}
+
+int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
+                                  const std::vector<const Response*>& responses) {
+  const int position = PositionIn(members, rank_);
+  const int set_size = static_cast<int>(members.size());
+  Scratch scratch;
+  std::vector<Response> runs;  // what the executors see: roots as positions in the set
+  runs.reserve(responses.size());
+  std::vector<Entry*> entries;
+  std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
+  for (const Response* rp : responses) {
+    Response r = *rp;
+    if (r.ok()) r.error = JoinedProblem(r);
     auto it = table_.find(r.name);
-    TFRING_CHECK(it != table_.end()) << "response for '" << r.name << "' which is not pending";
+    const bool mine = it != table_.end() && it->second.state != State::kJoined;
     if (!r.ok()) {
-      Finish(r.name, Status::InvalidArgument(r.error));
+      if (mine) Finish(r.name, Status::InvalidArgument(r.error));
       continue;
     }
-    Entry* e = &it->second.entry;
-    int64_t bytes = TensorBytes(e->request);
-    if (r.kind == CollectiveKind::kAllgather) {
-      int64_t rows = 0;
-      for (int64_t d : r.first_dims) rows += d;
-      bytes = rows * RowBytes(e->request);
-    }
-    items.push_back({&r, bytes});
-    entries.push_back(e);
+    TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";
+    if (r.kind == CollectiveKind::kBroadcast) r.root_rank = PositionIn(members, r.root_rank);
+    runs.push_back(std::move(r));
+    entries.push_back(mine ? &it->second.entry
+                           : JoinedEntry(runs.back(), position, set_size, &scratch));
+    owned.push_back(mine);
   }
-  for (const FusionItem& item : items) executed_bytes += item.bytes;
+  std::vector<FusionItem> items;
+  int64_t executed_bytes = 0;
+  for (const Response& r : runs) {
+    items.push_back({&r, ResponseBytes(r)});
+    executed_bytes += items.back().bytes;
+  }
+  GroupExecutor* host = nullptr;
+  GroupExecutor* device = nullptr;
+  const Status made = ExecutorsFor(members, &host, &device);
   for (const std::vector<int>& group : PlanFusion(items, fusion_threshold_bytes_.load(),
                                                        options_.fusion_alone_bytes)) {
     std::vector<Entry*> es;
@@ -441,9 +655,12 @@ int64_t Coordinator::Execute(const std::vector<Response>& responses) {
     }
     const Response& head = *rs[0];
     const auto started = SteadyClock::now();
-    GroupExecutor* executor = head.on_device ? device_.get() : &host_;
+    GroupExecutor* executor = head.on_device ? device : host;
     Status s;
-    if (head.kind == CollectiveKind::kBarrier) {
+    if (!made.ok()) {
+      s = Status(made.code(), "setting up process set " + RankListString(members) + ": " +
+                                  made.message());
+    } else if (head.kind == CollectiveKind::kBarrier) {
       // Negotiation completed it: every rank has submitted it.
     } else if (executor == nullptr) {
       s = Status::FailedPrecondition(
@@ -454,9 +671,10 @@ int64_t Coordinator::Execute(const std::vector<Response>& responses) {
         case CollectiveKind::kAllreduce: s = executor->Allreduce(es, head); break;
         case CollectiveKind::kAllgather: s = executor->Allgather(es, rs); break;
         case CollectiveKind::kBroadcast: s = executor->Broadcast(es, head); break;
-        case CollectiveKind::kBarrier: break;
         case CollectiveKind::kReducescatter: s = executor->Reducescatter(es, head); break;
         case CollectiveKind::kAlltoall: s = executor->Alltoall(es, head); break;
+        case CollectiveKind::kBarrier:
+        case CollectiveKind::kJoin: break;
       }
     }
     TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "
@@ -465,7 +683,13 @@ int64_t Coordinator::Execute(const std::vector<Response>& responses) {
                        << std::chrono::duration<double, std::micro>(SteadyClock::now() - started)
                               .count()
                        << " us";
-    for (const Response* r : rs) Finish(r->name, s);
+    for (int i : group) {
+      if (owned[i]) {
+        Finish(items[i].response->name, s);
+      } else {
+        timeline_.End(items[i].response->name);
+      }
+    }
   }
   return executed_bytes;
 }

@@ -34,12 +34,29 @@
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
+//
+// Process sets: a tensor submitted with a process set (Request::process_set) is keyed by
+// its name and its set (TensorKey), negotiated among the set's members only, and run on
+// the set's own executors (made on first use by the ProcessSetFactory: MPI communicators
+// over the members). Every rank still takes part in every cycle and receives every
+// response; a rank outside a set skips its responses, and marks its cache slots ready so
+// as never to hold them up. Each rank runs the responses of its sets in list order, set
+// by set, so any two ranks meet their common collectives in the same order.
+//
+// Join: a kJoin entry marks this rank as joined. The step-2 bit set carries a "not joined"
+// bit per rank, so every rank knows who has joined as of this cycle. A joined rank submits
+// nothing more; it marks every cache slot ready and, for each response of its sets that it
+// holds no entry for, runs the collective with the identity of the reduction (allgather:
+// no rows; broadcast: receives and discards). When every rank has joined, every rank's
+// join completes with the last rank to join (the highest among the last cycle's joiners).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,13 +77,25 @@
 
 namespace tfring {
 
+// The executors of one process set: host tensors, and GPU tensors (may be null).
+struct SetExecutors {
+  std::unique_ptr<GroupExecutor> host;
+  std::unique_ptr<GroupExecutor> device;
+};
+// Makes the executors of the process set `members` (global ranks, ascending). Called on
+// the coordinator thread of each member, at the same point of their common collectives.
+using ProcessSetFactory =
+    std::function<Status(const std::vector<int32_t>& members, SetExecutors* out)>;
+
 class Coordinator {
  public:
   // `backend` carries host tensors. `device_executor` runs GPU tensors (Entry::device >= 0);
-  // without one, such tensors fail with an error that says so.
+  // without one, such tensors fail with an error that says so. Without `process_sets`,
+  // tensors in a process set other than all ranks fail with an error.
   Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
               std::unique_ptr<Backend> backend,
-              std::unique_ptr<GroupExecutor> device_executor = nullptr);
+              std::unique_ptr<GroupExecutor> device_executor = nullptr,
+              ProcessSetFactory process_sets = nullptr);
   ~Coordinator();  // Shutdown() if still running
 
   void Start();
@@ -93,7 +122,7 @@ class Coordinator {
   bool peer_lost() const;
 
  private:
-  enum class State { kToSend, kSent, kCachedWaiting };
+  enum class State { kToSend, kSent, kCachedWaiting, kJoined };
   struct Pending {
     Entry entry;
     State state;
@@ -110,6 +139,17 @@ class Coordinator {
   Status Negotiate(std::vector<Response>* execute, bool* stop);
   // Returns the bytes of the collectives it ran.
   int64_t Execute(const std::vector<Response>& responses);
+  // Runs the responses of one process set that this rank is a member of.
+  int64_t ExecuteInSet(const std::vector<int32_t>& members,
+                       const std::vector<const Response*>& responses);
+  // The executors of a set (the global ones for all ranks); made on first use.
+  Status ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
+                      GroupExecutor** device);
+  // Checks and normalizes an entry's process set and makes its name the tensor key; a
+  // message on error.
+  std::string PrepareEntry(Entry* e) const;
+  // Completes the pending join entries (every rank has joined).
+  void FinishJoins(const std::vector<bool>& joined_before);
   void ApplyParams(const ResponseList& list);
   void Finish(const std::string& name, const Status& status);
   void FailEverything(const Status& status);
@@ -121,6 +161,8 @@ class Coordinator {
   const int size_;
   HostExecutor host_;
   std::unique_ptr<GroupExecutor> device_;
+  ProcessSetFactory make_set_;
+  std::map<std::vector<int32_t>, SetExecutors> sets_;  // by members; made on first use
 
   // Shared with Enqueue/Shutdown callers.
   mutable std::mutex mutex_;
@@ -138,6 +180,8 @@ class Coordinator {
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
+  bool joined_ = false;                // a join entry of this rank is pending
+  std::vector<bool> joined_ranks_;     // as of the last cycle, every rank's
   Timeline timeline_;
   std::unique_ptr<Autotuner> autotuner_;  // rank 0, with TFRING_AUTOTUNE=1
   bool params_pending_ = false;           // rank 0: a setting to send in the next round

@@ -32,14 +32,16 @@ char* HostExecutor::FusionBuffer(size_t which, size_t bytes) {
   return b.data();
 }
 
-void HostExecutor::Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count) {
+void HostExecutor::Postprocess(const Entry& e, const Response& r, void* buffer, int64_t count) {
   const DataType dtype = e.request.dtype;
+  const bool average = r.reduce_op == ReduceOp::kAverage;
+  const int divisor = Contributors(r, size_);  // the ranks that had data
   double factor = e.request.postscale_factor;
   if (IsFloatingPoint(dtype)) {
-    if (op == ReduceOp::kAverage) factor /= size_;
+    if (average) factor /= divisor;
     if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
-  } else if (op == ReduceOp::kAverage) {
-    FloorDivideInPlace(dtype, size_, buffer, count);
+  } else if (average) {
+    FloorDivideInPlace(dtype, divisor, buffer, count);
   }
 }
 
@@ -57,9 +59,9 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
       ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
       in = e.output;
     }
-    Phase(group, PhaseName("ALLREDUCE"), Timeline::GroupArgs(group, count * esize));
+    Phase(group, PhaseName(backend_->allreduce_phase()), Timeline::GroupArgs(group, count * esize));
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
-    Postprocess(e, r.reduce_op, e.output, count);
+    Postprocess(e, r, e.output, count);
     return Status::OK();
   }
   int64_t total = 0;
@@ -75,13 +77,13 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     }
     offset += count;
   }
-  Phase(group, PhaseName("ALLREDUCE"), Timeline::GroupArgs(group, total * esize));
+  Phase(group, PhaseName(backend_->allreduce_phase()), Timeline::GroupArgs(group, total * esize));
   TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (Entry* e : group) {
     const int64_t count = NumElements(e->request.shape);
-    Postprocess(*e, r.reduce_op, buffer + offset * esize, count);
+    Postprocess(*e, r, buffer + offset * esize, count);
     CopyBytes(e->output, buffer + offset * esize, count * esize);
     offset += count;
   }
@@ -168,7 +170,7 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
     }
     Phase({e}, PhaseName("REDUCESCATTER"), Timeline::GroupArgs({e}, total * esize));
     TFRING_RETURN_IF_ERROR(backend_->Reducescatter(in, e->output, counts, r.dtype, wire_op));
-    Postprocess(*e, r.reduce_op, e->output, counts[rank_]);
+    Postprocess(*e, r, e->output, counts[rank_]);
   }
   return Status::OK();
 }

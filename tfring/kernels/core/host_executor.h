@@ -29,7 +29,7 @@ class HostExecutor : public GroupExecutor {
   Backend* backend() { return backend_.get(); }
 
  private:
-  void Postprocess(const Entry& e, ReduceOp op, void* buffer, int64_t count);
+  void Postprocess(const Entry& e, const Response& r, void* buffer, int64_t count);
   char* FusionBuffer(size_t which, size_t bytes);
   // The timeline's name for the backend call: "MPI_ALLREDUCE", ...
   std::string PhaseName(const char* collective) const;

@@ -22,6 +22,10 @@ class Writer {
     Put<uint32_t>(static_cast<uint32_t>(v.size()));
     for (int64_t x : v) Put<int64_t>(x);
   }
+  void PutRanks(const std::vector<int32_t>& v) {
+    Put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (int32_t x : v) Put<int32_t>(x);
+  }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -48,6 +52,14 @@ class Reader {
   bool GetInts(std::vector<int64_t>* v) {
     uint32_t n;
     if (!Get(&n)) return false;
+    v->resize(n);
+    for (auto& x : *v)
+      if (!Get(&x)) return false;
+    return true;
+  }
+  bool GetRanks(std::vector<int32_t>* v) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(int32_t) > in_.size()) return false;
     v->resize(n);
     for (auto& x : *v)
       if (!Get(&x)) return false;
@@ -82,11 +94,53 @@ int64_t RowBytes(const Request& r) {
   return n;
 }
 
+std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int world_size) {
+  if (!process_set.empty()) return process_set;
+  std::vector<int32_t> all(world_size);
+  for (int r = 0; r < world_size; ++r) all[r] = r;
+  return all;
+}
+
+std::string RankListString(const std::vector<int32_t>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set) {
+  if (process_set.empty()) return name;
+  std::string s = name + " [process set ";
+  for (size_t i = 0; i < process_set.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(process_set[i]);
+  }
+  return s + "]";
+}
+
+Request SignatureOf(const Response& r) {
+  Request q;
+  q.name = r.name;
+  q.kind = r.kind;
+  q.dtype = r.dtype;
+  q.reduce_op = r.reduce_op;
+  q.root_rank = r.root_rank;
+  q.prescale_factor = r.prescale_factor;
+  q.postscale_factor = r.postscale_factor;
+  q.shape = r.shape;
+  q.cacheable = r.cacheable;
+  q.on_device = r.on_device;
+  q.process_set = r.process_set;
+  return q;
+}
+
+int Contributors(const Response& r, int set_size) {
+  return set_size - static_cast<int>(r.joined.size());
+}
+
 bool Request::SameSignature(const Request& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable &&
-         on_device == o.on_device && splits == o.splits;
+         on_device == o.on_device && splits == o.splits && process_set == o.process_set;
 }
 
 std::string EncodeRequests(const std::vector<Request>& requests) {
@@ -104,6 +158,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
     w.Put<double>(r.postscale_factor);
     w.PutInts(r.shape);
     w.PutInts(r.splits);
+    w.PutRanks(r.process_set);
   }
   return w.Take();
 }
@@ -118,7 +173,8 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
         !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
         !rd.Get(&r.prescale_factor) ||
-        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits)) {
+        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits) ||
+        !rd.GetRanks(&r.process_set)) {
       return Corrupt("request");
     }
     r.kind = static_cast<CollectiveKind>(kind);
@@ -149,6 +205,9 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.Put<double>(r.postscale_factor);
     w.PutInts(r.first_dims);
     w.PutInts(r.all_splits);
+    w.PutInts(r.shape);
+    w.PutRanks(r.process_set);
+    w.PutRanks(r.joined);
     w.PutString(r.error);
   }
   return w.Take();
@@ -169,7 +228,8 @@ Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
     if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
         !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
         !rd.Get(&r.prescale_factor) || !rd.Get(&r.postscale_factor) ||
-        !rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) || !rd.GetString(&r.error)) {
+        !rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) || !rd.GetInts(&r.shape) ||
+        !rd.GetRanks(&r.process_set) || !rd.GetRanks(&r.joined) || !rd.GetString(&r.error)) {
       return Corrupt("response");
     }
     r.kind = static_cast<CollectiveKind>(kind);

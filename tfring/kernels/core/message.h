@@ -25,7 +25,10 @@ struct Request {
   // Where the tensor lives: host memory (MPI) or a GPU (NCCL). Every rank must agree, since
   // the two take different backends; which GPU is each rank's own business.
   bool on_device = false;
-  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank of the process set
+  // The process set: its members' global ranks, ascending; empty for all ranks. Positions
+  // in `splits` and in a Response's first_dims/all_splits are positions in this list.
+  std::vector<int32_t> process_set;
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const;
@@ -41,6 +44,11 @@ struct Response {
   std::vector<int64_t> first_dims;  // allgather: first dimension of each rank's tensor
   // alltoall: every rank's splits, rank after rank (rows rank q sends to rank r at q*size+r)
   std::vector<int64_t> all_splits;
+  Shape shape;                      // the first member's shape (rows: its own first dimension)
+  std::vector<int32_t> process_set; // as in Request
+  // Ranks of the set that had joined (tfring.join) instead of submitting: they contribute
+  // the reduction's identity (allgather: no rows), and Average divides by the others only.
+  std::vector<int32_t> joined;
   double prescale_factor = 1.0;     // allreduce: the same on every rank (negotiated)
   double postscale_factor = 1.0;
   bool on_device = false;           // GPU tensors: run by the device executor
@@ -49,6 +57,20 @@ struct Response {
 
   bool ok() const { return error.empty(); }
 };
+
+// The global ranks of a request's or response's process set (`all` ranks when empty).
+std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int world_size);
+// "[0, 2]".
+std::string RankListString(const std::vector<int32_t>& ranks);
+// The name the runtime keys a tensor by: its own in the global set, and in another set the
+// name with the set, so that the same name may be in flight in two sets at once. It is
+// also the name errors and the timeline show: "grad/w [process set 0, 2]".
+std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set);
+// The request that a response answers, as the response cache compares them: what a rank
+// that holds no entry of its own (a joined rank, a rank outside the set) records.
+Request SignatureOf(const Response& r);
+// How many ranks' data an Average divides by: the set's members minus the joined ones.
+int Contributors(const Response& r, int set_size);
 
 // How a reducescatter splits `rows` rows over `size` ranks (Horovod's split): as evenly as
 // possible, the first rows % size ranks taking one row more.

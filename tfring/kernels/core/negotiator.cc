@@ -7,12 +7,6 @@
 namespace tfring {
 namespace {
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
 std::string Num(double v) {
   std::ostringstream os;
   os << v;
@@ -27,12 +21,27 @@ std::string Mismatch(const std::string& what, const std::string& name, int r0,
 
 }  // namespace
 
-Negotiator::Negotiator(int size) : size_(size) {}
+Negotiator::Negotiator(int size) : size_(size), joined_(size, false) {}
+
+void Negotiator::SetJoined(const std::vector<bool>& joined) {
+  joined_ = joined;
+  for (auto& kv : pending_) MaybeComplete(kv.first, &kv.second);
+}
+
+void Negotiator::MaybeComplete(const std::string& name, Slot* slot) {
+  if (slot->complete) return;
+  for (int32_t m : slot->members) {
+    if (!slot->present[m] && !joined_[m]) return;
+  }
+  slot->complete = true;
+  completed_order_.push_back(name);
+}
 
 void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point now) {
   auto it = pending_.find(request.name);
   if (it == pending_.end()) {
     Slot slot;
+    slot.members = SetMembers(request.process_set, size_);
     slot.by_rank.resize(size_);
     slot.present.assign(size_, false);
     slot.first_seen = now;
@@ -43,7 +52,8 @@ void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point n
                                     << "' twice";
   slot.by_rank[rank] = request;
   slot.present[rank] = true;
-  if (++slot.count == size_) completed_order_.push_back(request.name);
+  ++slot.count;
+  MaybeComplete(request.name, &slot);
 }
 
 std::vector<Response> Negotiator::TakeReady() {
@@ -59,7 +69,13 @@ std::vector<Response> Negotiator::TakeReady() {
 }
 
 Response Negotiator::Validate(const Slot& slot) const {
-  const Request& first = slot.by_rank[0];
+  // The members that submitted, in rank order; the others have joined.
+  std::vector<int32_t> present;
+  for (int32_t m : slot.members) {
+    if (slot.present[m]) present.push_back(m);
+  }
+  const int r0 = present[0];
+  const Request& first = slot.by_rank[r0];
   Response resp;
   resp.name = first.name;
   resp.kind = first.kind;
@@ -69,64 +85,75 @@ Response Negotiator::Validate(const Slot& slot) const {
   resp.prescale_factor = first.prescale_factor;
   resp.postscale_factor = first.postscale_factor;
   resp.on_device = first.on_device;
-  resp.cacheable = first.kind != CollectiveKind::kAllgather;  // gathered sizes may change
+  resp.shape = first.shape;
+  resp.process_set = first.process_set;
+  for (int32_t m : slot.members) {
+    if (!slot.present[m]) resp.joined.push_back(m);
+  }
+  // Gathered sizes may change from call to call; and a response with joined ranks holds
+  // for this call only.
+  resp.cacheable = first.kind != CollectiveKind::kAllgather && resp.joined.empty();
   const bool reduces = first.kind == CollectiveKind::kAllreduce ||
                        first.kind == CollectiveKind::kReducescatter;
-  for (int r = 0; r < size_; ++r) {
+  const std::string& n = first.name;
+  for (int32_t r : present) {
     const Request& req = slot.by_rank[r];
     resp.cacheable = resp.cacheable && req.cacheable;
-    if (r == 0) continue;
-    const std::string& n = first.name;
+    if (r == r0) continue;
     if (req.kind != first.kind) {
-      resp.error = Mismatch("collectives", n, 0, CollectiveKindName(first.kind), r,
+      resp.error = Mismatch("collectives", n, r0, CollectiveKindName(first.kind), r,
                             CollectiveKindName(req.kind));
     } else if (req.on_device != first.on_device) {
-      resp.error = Mismatch("devices", n, 0, first.on_device ? "GPU" : "CPU", r,
+      resp.error = Mismatch("devices", n, r0, first.on_device ? "GPU" : "CPU", r,
                             req.on_device ? "GPU" : "CPU") +
                    " (place the tensor on the same kind of device on every rank)";
     } else if (req.dtype != first.dtype) {
-      resp.error = Mismatch("data types", n, 0, DataTypeName(first.dtype), r,
+      resp.error = Mismatch("data types", n, r0, DataTypeName(first.dtype), r,
                             DataTypeName(req.dtype));
     } else if (first.kind == CollectiveKind::kAllgather ||
                first.kind == CollectiveKind::kAlltoall) {
       bool same = req.shape.size() == first.shape.size();
       for (size_t d = 1; same && d < req.shape.size(); ++d) same = req.shape[d] == first.shape[d];
       if (!same) {
-        resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r,
+        resp.error = Mismatch("shapes", n, r0, ShapeToString(first.shape), r,
                               ShapeToString(req.shape)) +
                      " (" + CollectiveKindName(first.kind) +
                      " needs every dimension but the first to agree)";
       }
     } else if (req.shape != first.shape) {
-      resp.error = Mismatch("shapes", n, 0, ShapeToString(first.shape), r, ShapeToString(req.shape));
+      resp.error = Mismatch("shapes", n, r0, ShapeToString(first.shape), r,
+                            ShapeToString(req.shape));
     } else if (reduces && req.reduce_op != first.reduce_op) {
-      resp.error = Mismatch("reduce ops", n, 0, ReduceOpName(first.reduce_op), r,
+      resp.error = Mismatch("reduce ops", n, r0, ReduceOpName(first.reduce_op), r,
                             ReduceOpName(req.reduce_op));
-    } else if (reduces &&
-               req.prescale_factor != first.prescale_factor) {
-      resp.error = Mismatch("prescale_factor", n, 0, Num(first.prescale_factor), r,
+    } else if (reduces && req.prescale_factor != first.prescale_factor) {
+      resp.error = Mismatch("prescale_factor", n, r0, Num(first.prescale_factor), r,
                             Num(req.prescale_factor));
-    } else if (reduces &&
-               req.postscale_factor != first.postscale_factor) {
-      resp.error = Mismatch("postscale_factor", n, 0, Num(first.postscale_factor), r,
+    } else if (reduces && req.postscale_factor != first.postscale_factor) {
+      resp.error = Mismatch("postscale_factor", n, r0, Num(first.postscale_factor), r,
                             Num(req.postscale_factor));
     } else if (first.kind == CollectiveKind::kBroadcast && req.root_rank != first.root_rank) {
-      resp.error = Mismatch("root ranks", n, 0, "root_rank=" + std::to_string(first.root_rank), r,
-                            "root_rank=" + std::to_string(req.root_rank));
+      resp.error = Mismatch("root ranks", n, r0, "root_rank=" + std::to_string(first.root_rank),
+                            r, "root_rank=" + std::to_string(req.root_rank));
     }
     if (!resp.error.empty()) break;
   }
+  if (resp.ok()) resp.error = JoinedProblem(resp);
   if (resp.ok() && first.kind == CollectiveKind::kAllgather) {
-    for (int r = 0; r < size_; ++r) resp.first_dims.push_back(slot.by_rank[r].shape[0]);
+    for (int32_t m : slot.members) {
+      resp.first_dims.push_back(slot.present[m] ? slot.by_rank[m].shape[0] : 0);
+    }
   }
   if (resp.ok() && first.kind == CollectiveKind::kAlltoall) {
     resp.cacheable = false;  // the splits may change from call to call
-    for (int r = 0; r < size_ && resp.ok(); ++r) {
+    const size_t set_size = slot.members.size();
+    for (int32_t r : present) {
       const std::vector<int64_t>& splits = slot.by_rank[r].splits;
-      if (static_cast<int>(splits.size()) != size_) {
-        resp.error = "alltoall '" + first.name + "': rank " + std::to_string(r) + " sent " +
-                     std::to_string(splits.size()) + " splits for " + std::to_string(size_) +
+      if (splits.size() != set_size) {
+        resp.error = "alltoall '" + n + "': rank " + std::to_string(r) + " sent " +
+                     std::to_string(splits.size()) + " splits for " + std::to_string(set_size) +
                      " ranks";
+        break;
       }
       resp.all_splits.insert(resp.all_splits.end(), splits.begin(), splits.end());
     }
@@ -140,12 +167,36 @@ std::vector<Negotiator::Stalled> Negotiator::PendingOlderThan(double min_age_sec
   std::vector<Stalled> out;
   for (const auto& kv : pending_) {
     const double age = std::chrono::duration<double>(now - kv.second.first_seen).count();
-    if (age < min_age_seconds || kv.second.count == size_) continue;
+    if (age < min_age_seconds || kv.second.complete) continue;
     Stalled s{kv.first, {}, {}, age};
-    for (int r = 0; r < size_; ++r) (kv.second.present[r] ? s.submitted : s.missing).push_back(r);
+    for (int32_t r : kv.second.members) {
+      (kv.second.present[r] ? s.submitted : s.missing).push_back(r);
+    }
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string JoinedProblem(const Response& r) {
+  if (r.joined.empty()) return "";
+  const std::string who = "rank(s) " + RankListString(r.joined) + " have joined (tfring.join)";
+  if (r.kind == CollectiveKind::kAlltoall) {
+    return "alltoall '" + r.name + "' cannot run while " + who +
+           ": a joined rank has no rows to send. Call join() after the last alltoall.";
+  }
+  if (r.kind == CollectiveKind::kBroadcast) {
+    for (int32_t j : r.joined) {
+      if (j == r.root_rank) {
+        return "broadcast '" + r.name + "': its root rank " + std::to_string(r.root_rank) +
+               " has joined (tfring.join) and has nothing to send";
+      }
+    }
+  }
+  if (r.on_device) {
+    return "tensor '" + r.name + "' is in GPU memory and " + who +
+           "; join() supports host (CPU) tensors only in this version";
+  }
+  return "";
 }
 
 std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled) {
@@ -156,8 +207,8 @@ std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled) {
       break;
     }
     const auto& t = stalled[i];
-    s += (i ? "; '" : "'") + t.name + "' (submitted by ranks " + RankList(t.submitted) +
-         ", missing on ranks " + RankList(t.missing) + ", waiting " +
+    s += (i ? "; '" : "'") + t.name + "' (submitted by ranks " + RankListString(t.submitted) +
+         ", missing on ranks " + RankListString(t.missing) + ", waiting " +
          std::to_string(static_cast<int>(t.waited_seconds)) + " s)";
   }
   return s;

@@ -6,6 +6,11 @@
 // complete. Because only rank 0 decides that order and broadcasts it, every rank executes
 // the same collectives in the same order whatever order ops were submitted in locally.
 //
+// A tensor in a process set (Request::process_set) waits for that set's members only. A
+// rank that has joined (tfring.join, SetJoined) counts as having submitted every tensor of
+// its sets that it has not: the Response lists it in `joined`, and it contributes the
+// reduction's identity.
+//
 // A completed tensor is checked before it is released: same collective, dtype, shape (all
 // dimensions for allreduce and broadcast, all but the first for allgather), reduce op,
 // scale factors and root rank on every rank. A mismatch becomes an error Response naming
@@ -27,7 +32,12 @@ class Negotiator {
  public:
   explicit Negotiator(int size);
 
-  // Records that `rank` submitted `request`. A second request for a name the same rank
+  // Which ranks have joined, as of this cycle (indexed by rank). Tensors that now have
+  // every member either submitted or joined complete.
+  void SetJoined(const std::vector<bool>& joined);
+
+  // Records that `rank` submitted `request` (keyed by its name, which the coordinator has
+  // made unique per process set: TensorKey). A second request for a name the same rank
   // already has pending is an invariant failure (the coordinator rejects it first).
   void Add(int rank, const Request& request, SteadyClock::time_point now);
 
@@ -47,18 +57,27 @@ class Negotiator {
 
  private:
   struct Slot {
-    std::vector<Request> by_rank;
+    std::vector<int32_t> members;  // global ranks
+    std::vector<Request> by_rank;  // indexed by global rank
     std::vector<bool> present;
     int count = 0;
+    bool complete = false;
     SteadyClock::time_point first_seen;
   };
 
+  void MaybeComplete(const std::string& name, Slot* slot);
   Response Validate(const Slot& slot) const;
 
   int size_;
+  std::vector<bool> joined_;
   std::unordered_map<std::string, Slot> pending_;
   std::vector<std::string> completed_order_;
 };
+
+// Why `r` cannot run with its joined ranks (r.joined), or "" when it can: an alltoall, a
+// broadcast whose root has joined, a GPU tensor. The same answer on every rank, from the
+// response alone.
+std::string JoinedProblem(const Response& r);
 
 // Renders a stall report for the log or for an error, e.g.
 // "'grad/w' (submitted by ranks [0]; missing on ranks [1]; waiting 61 s)".

@@ -23,6 +23,7 @@ class ResponseCache {
 
   // Slot of `name`, or -1.
   int Find(const std::string& name) const;
+  bool used(int slot) const { return slots_[slot].used; }
   const Request& signature(int slot) const { return slots_[slot].signature; }
   const Response& response(int slot) const { return slots_[slot].response; }
 

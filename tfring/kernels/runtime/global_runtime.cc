@@ -15,24 +15,28 @@
 namespace tfring {
 namespace {
 
-// An MPI backend over a communicator made by `make` (MpiContext::DupWorld, SplitLocal, ...).
-Status NewMpiBackend(Status (*make)(MPI_Comm*), std::unique_ptr<MpiBackend>* out) {
-  MPI_Comm comm;
-  TFRING_RETURN_IF_ERROR(make(&comm));
+// An initialized MPI backend owning `comm`.
+Status NewMpiBackend(MPI_Comm comm, std::unique_ptr<MpiBackend>* out) {
   auto backend = std::make_unique<MpiBackend>(comm);
   TFRING_RETURN_IF_ERROR(backend->Init());
   *out = std::move(backend);
   return Status::OK();
 }
 
-// The executor for GPU tensors: NCCL, or MPI through host memory when asked for; none in
-// builds without NCCL (then no GPU kernels are registered, and TensorFlow runs tfring's ops
-// on the CPU, copying GPU tensors to the host and back itself).
-Status NewDeviceExecutor(const Options& options, const ProcessLayout& layout,
+// The executor for GPU tensors of the ranks of `parent` (the world, or a process set): NCCL,
+// or MPI through host memory when asked for; none in builds without NCCL (then no GPU
+// kernels are registered, and TensorFlow runs tfring's ops on the CPU, copying GPU tensors
+// to the host and back itself).
+Status NewDeviceExecutor(const Options& options, MPI_Comm parent,
                          std::unique_ptr<GroupExecutor>* out) {
 #if TFRING_WITH_NCCL
-  std::unique_ptr<MpiBackend> world;
-  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::DupWorld, &world));
+  MPI_Comm dup, local_comm, cross_comm;
+  ProcessLayout layout;
+  TFRING_RETURN_IF_ERROR(MpiContext::SplitWithin(parent, &dup, &local_comm, &cross_comm, &layout));
+  std::unique_ptr<MpiBackend> world, local, cross;
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(dup, &world));
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(local_comm, &local));
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(cross_comm, &cross));
   if (options.gpu_operations_through_mpi) {
     *out = std::make_unique<StagingExecutor>(
         std::make_unique<CudaMemory>(),
@@ -40,17 +44,52 @@ Status NewDeviceExecutor(const Options& options, const ProcessLayout& layout,
         layout.size);
     return Status::OK();
   }
-  std::unique_ptr<MpiBackend> local, cross;
-  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::SplitLocal, &local));
-  TFRING_RETURN_IF_ERROR(NewMpiBackend(&MpiContext::SplitCross, &cross));
   *out = std::make_unique<NcclExecutor>(options, layout, std::move(world), std::move(local),
                                         std::move(cross));
 #else
   (void)options;
-  (void)layout;
+  (void)parent;
   out->reset();
 #endif
   return Status::OK();
+}
+
+// The host backend over all ranks, hierarchical when asked for.
+Status NewHostBackend(const Options& options, std::unique_ptr<MpiBackend>* out) {
+  MPI_Comm data_comm;
+  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&data_comm));
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(data_comm, out));
+  if (options.hierarchical_allreduce) {
+    MPI_Comm local, cross;
+    TFRING_RETURN_IF_ERROR(MpiContext::SplitLocal(&local));
+    TFRING_RETURN_IF_ERROR(MpiContext::SplitCross(&cross));
+    (*out)->UseHierarchicalAllreduce(local, cross);
+  }
+  return Status::OK();
+}
+
+// Makes a process set's executors: communicators over its members, created from a
+// duplicate of the world that tfring keeps for this alone.
+ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
+  return [options, world](const std::vector<int32_t>& members, SetExecutors* out) -> Status {
+    MPI_Comm set_comm;
+    TFRING_RETURN_IF_ERROR(MpiContext::CreateGroup(world, members, &set_comm));
+    int rank = 0, size = 1;
+    MPI_Comm_rank(set_comm, &rank);
+    MPI_Comm_size(set_comm, &size);
+    std::unique_ptr<GroupExecutor> device;
+    const Status s = NewDeviceExecutor(options, set_comm, &device);
+    std::unique_ptr<MpiBackend> host;
+    if (s.ok()) {
+      TFRING_RETURN_IF_ERROR(NewMpiBackend(set_comm, &host));  // owns set_comm from here
+    } else {
+      MPI_Comm_free(&set_comm);
+      return s;
+    }
+    out->host = std::make_unique<HostExecutor>(std::move(host), rank, size);
+    out->device = std::move(device);
+    return Status::OK();
+  };
 }
 
 // Every rank learns whether `status` is OK everywhere; a rank whose own is OK but another's
@@ -88,16 +127,17 @@ Status GlobalRuntime::Init() {
   SetLogLevel(options.log_level);
   TFRING_RETURN_IF_ERROR(MpiContext::Initialize(&layout_));
   SetLogRank(layout_.rank);
-  MPI_Comm control_comm, data_comm;
+  MPI_Comm control_comm, sets_comm;
   TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&control_comm));
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&data_comm));
-  auto backend = std::make_unique<MpiBackend>(data_comm);
-  TFRING_RETURN_IF_ERROR(backend->Init());
+  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&sets_comm));  // lives as long as the process
+  std::unique_ptr<MpiBackend> backend;
+  TFRING_RETURN_IF_ERROR(NewHostBackend(options, &backend));
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
-  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, layout_, &device));
+  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, MPI_COMM_WORLD, &device));
   coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
-                                               std::move(device));
+                                               std::move(device),
+                                               NewProcessSetFactory(options, sets_comm));
   // Setup that can fail on some ranks only (rank 0's autotune log): agree before starting,
   // so that no rank runs a coordinator whose peers never will.
   Status mine = coordinator_->init_status();

@@ -2,6 +2,7 @@
 // Completion (and any error, with the same text on every rank) arrives through `done` on
 // the runtime's background thread, or, for eager ops that finish quickly, on the caller's
 // (KernelCompletion in adapter.h).
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -60,6 +61,35 @@ void Submit(OpKernelContext* ctx, Entry e) {
   GlobalRuntime::Get().Enqueue(std::move(e));
 }
 
+// An op's process set (its "process_set" attribute: the members' ranks, ascending; empty
+// for all ranks), and this rank's place in it.
+struct ProcessSetAttr {
+  std::vector<int32_t> ranks;
+
+  explicit ProcessSetAttr(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &ranks));
+  }
+
+  // The set's size and this rank's position in it; an error when this rank is not a member.
+  absl::Status View(const std::string& name, int* size, int* position) const {
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    if (ranks.empty()) {
+      *size = layout.size;
+      *position = layout.rank;
+      return absl::OkStatus();
+    }
+    auto it = std::find(ranks.begin(), ranks.end(), layout.rank);
+    if (it == ranks.end()) {
+      return absl::InvalidArgumentError("rank " + std::to_string(layout.rank) +
+                                        " is not in the process set " + RankListString(ranks) +
+                                        " of '" + name + "': only its members may submit it");
+    }
+    *size = static_cast<int>(ranks.size());
+    *position = static_cast<int>(it - ranks.begin());
+    return absl::OkStatus();
+  }
+};
+
 // The attributes of a reducing op (allreduce, grouped allreduce, reducescatter), and the
 // request fields they fill.
 struct ReduceAttrs {
@@ -67,8 +97,9 @@ struct ReduceAttrs {
   float prescale, postscale;
   std::string name;
   bool cacheable, eager;
+  ProcessSetAttr set;
 
-  explicit ReduceAttrs(OpKernelConstruction* c) {
+  explicit ReduceAttrs(OpKernelConstruction* c) : set(c) {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale));
@@ -92,6 +123,7 @@ struct ReduceAttrs {
     r->prescale_factor = prescale;
     r->postscale_factor = postscale;
     r->cacheable = cacheable;
+    r->process_set = set.ranks;
     return absl::OkStatus();
   }
 };
@@ -155,7 +187,7 @@ class AllreduceOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class AllgatherOp : public AsyncOpKernel {
  public:
-  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
@@ -176,6 +208,7 @@ class AllgatherOp : public AsyncOpKernel {
                           done);
       }
       e.request.kind = CollectiveKind::kAllgather;
+      e.request.process_set = set_.ranks;
       e.request.shape = ShapeOf(input);
       e.request.cacheable = false;
       e.input = DataOf(input);
@@ -196,12 +229,13 @@ class AllgatherOp : public AsyncOpKernel {
  private:
   std::string name_;
   bool eager_;
+  const ProcessSetAttr set_;
 };
 
 template <bool kOnGpu>
 class BroadcastOp : public AsyncOpKernel {
  public:
-  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
@@ -223,6 +257,7 @@ class BroadcastOp : public AsyncOpKernel {
                         done);
     }
     e.request.kind = CollectiveKind::kBroadcast;
+    e.request.process_set = set_.ranks;
     e.request.root_rank = root_rank_;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = cacheable_;
@@ -248,6 +283,7 @@ class BroadcastOp : public AsyncOpKernel {
   std::string name_;
   bool cacheable_;
   bool eager_;
+  const ProcessSetAttr set_;
 };
 
 template <bool kOnGpu>
@@ -268,9 +304,10 @@ class ReducescatterOp : public AsyncOpKernel {
     }
     OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kReducescatter, &e.request), done);
     e.request.shape = ShapeOf(input);
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    int set_size = 0, position = 0;
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.View(attrs_.name, &set_size, &position), done);
     tensorflow::TensorShape out_shape = input.shape();
-    out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), layout.size)[layout.rank]);
+    out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), set_size)[position]);
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
     e.input = DataOf(input);
@@ -290,7 +327,7 @@ class ReducescatterOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class AlltoallOp : public AsyncOpKernel {
  public:
-  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
@@ -301,16 +338,17 @@ class AlltoallOp : public AsyncOpKernel {
     Entry e;
     e.request.name = name_;
     if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    int set_size = 0, position = 0;
+    OP_REQUIRES_OK_ASYNC(ctx, set_.View(name_, &set_size, &position), done);
     std::string problem;
     if (input.dims() == 0) {
       problem = "alltoall needs a tensor of rank >= 1; '" + name_ + "' is a scalar";
-    } else if (splits.dims() != 1 || splits.NumElements() != layout.size) {
+    } else if (splits.dims() != 1 || splits.NumElements() != set_size) {
       problem = "alltoall '" + name_ + "': splits must be a vector of one row count per rank (" +
-                std::to_string(layout.size) + "); got shape " + splits.shape().DebugString();
+                std::to_string(set_size) + "); got shape " + splits.shape().DebugString();
     } else {
       int64_t sum = 0;
-      for (int r = 0; r < layout.size; ++r) {
+      for (int r = 0; r < set_size; ++r) {
         const int64_t n = splits.vec<int64_t>()(r);
         if (n < 0) problem = "alltoall '" + name_ + "': splits must not be negative";
         sum += n;
@@ -323,6 +361,7 @@ class AlltoallOp : public AsyncOpKernel {
     }
     if (!problem.empty()) TFRING_FAIL_ASYNC(ctx, absl::InvalidArgumentError(problem), done);
     e.request.kind = CollectiveKind::kAlltoall;
+    e.request.process_set = set_.ranks;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = false;
     e.input = DataOf(input);
@@ -346,12 +385,13 @@ class AlltoallOp : public AsyncOpKernel {
  private:
   std::string name_;
   bool eager_;
+  const ProcessSetAttr set_;
 };
 
 // Completes once every rank has submitted a barrier of the same name.
 class BarrierOp : public AsyncOpKernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
@@ -368,6 +408,7 @@ class BarrierOp : public AsyncOpKernel {
     Entry e;
     e.request.name = name_;
     e.request.kind = CollectiveKind::kBarrier;
+    e.request.process_set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
     auto completion = KernelCompletion::Create(ctx, done, 1, eager_);
@@ -380,6 +421,43 @@ class BarrierOp : public AsyncOpKernel {
  private:
   std::string name_;
   bool cacheable_;
+  bool eager_;
+  const ProcessSetAttr set_;
+};
+
+// This rank has run out of data (tfring.join): the runtime keeps running the other ranks'
+// collectives with it until every rank has joined, then outputs the last rank to join.
+class JoinOp : public AsyncOpKernel {
+ public:
+  explicit JoinOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    if (!GlobalRuntime::Get().initialized()) {
+      TFRING_FAIL_ASYNC(ctx,
+                        absl::FailedPreconditionError(
+                            "tfring has not been initialized: call tfring.init() before join()"),
+                        done);
+    }
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
+                         done);
+    Entry e;
+    e.request.name = "join";
+    e.request.kind = CollectiveKind::kJoin;
+    e.request.dtype = DataType::kInt32;
+    e.request.cacheable = false;
+    e.output = output->data();
+    // Waits for the slowest rank: never inline on the caller's thread.
+    auto completion = KernelCompletion::Create(ctx, done, 1, false);
+    e.eager = eager_;
+    e.done = KernelCompletion::EntryCallback(completion);
+    GlobalRuntime::Get().Enqueue(std::move(e));
+    completion->WaitInline();
+  }
+
+ private:
   bool eager_;
 };
 
@@ -404,6 +482,7 @@ REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), Allre
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("TfringJoin").Device(DEVICE_CPU), JoinOp);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_CPU), ReducescatterOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(DEVICE_CPU), AlltoallOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp<false>);

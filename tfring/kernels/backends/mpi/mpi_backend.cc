@@ -43,6 +43,29 @@ MpiBackend::~MpiBackend() {
   if (abandoned_) return;
   half_.Free();
   MPI_Comm_free(&comm_);
+  if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
+}
+
+void MpiBackend::UseHierarchicalAllreduce(MPI_Comm local, MPI_Comm cross) {
+  local_ = local;
+  cross_ = cross;
+}
+
+Status MpiBackend::HierarchicalAllreduce(const void* in, void* out, int count,
+                                         MPI_Datatype type, MPI_Op op) {
+  int local_rank = 0, cross_size = 1;
+  TFRING_MPI_CHECK(MPI_Comm_rank(local_, &local_rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(cross_, &cross_size));
+  const bool leader = local_rank == 0;
+  // The leader reduces into `out`; the others only send.
+  const void* send = (leader && in == out) ? MPI_IN_PLACE : in;
+  TFRING_MPI_CHECK(MPI_Reduce(send, out, count, type, op, 0, local_));
+  if (leader && cross_size > 1) {
+    TFRING_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, out, count, type, op, cross_));
+  }
+  TFRING_MPI_CHECK(MPI_Bcast(out, count, type, 0, local_));
+  return Status::OK();
 }
 
 Status MpiBackend::Init() { return half_.Create(); }
@@ -57,7 +80,11 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count, DataType 
     const int n = static_cast<int>(std::min(kMaxChunk, count - done));
     char* o = static_cast<char*>(out) + done * esize;
     const char* i = static_cast<const char*>(in) + done * esize;
-    TFRING_MPI_CHECK(MPI_Allreduce(i == o ? MPI_IN_PLACE : i, o, n, type, mpi_op, comm_));
+    if (local_ != MPI_COMM_NULL) {
+      TFRING_RETURN_IF_ERROR(HierarchicalAllreduce(i, o, n, type, mpi_op));
+    } else {
+      TFRING_MPI_CHECK(MPI_Allreduce(i == o ? MPI_IN_PLACE : i, o, n, type, mpi_op, comm_));
+    }
     if (count == 0) break;
   }
   return Status::OK();

@@ -1,6 +1,10 @@
 // Backend over MPI for host buffers, on tfring's own duplicate of MPI_COMM_WORLD.
 // Data collectives are blocking MPI calls (MPI's tuned algorithms; a lone tensor goes from
 // the op's input straight to its output). float16/bfloat16 use MpiHalfOps.
+//
+// With UseHierarchicalAllreduce (TFRING_HIERARCHICAL_ALLREDUCE=1), an allreduce is a reduce
+// to each host's first rank, an allreduce among those ranks across hosts, and a broadcast
+// within each host: one message per host crosses the network instead of one per rank.
 #pragma once
 
 #include <mpi.h>
@@ -18,6 +22,12 @@ class MpiBackend : public Backend {
   Status Init();  // creates the 16-bit float types and ops
 
   const char* name() const override { return "MPI"; }
+  const char* allreduce_phase() const override {
+    return local_ != MPI_COMM_NULL ? "HIERARCHICAL_ALLREDUCE" : "ALLREDUCE";
+  }
+  // Takes ownership of `local` (this host's ranks) and `cross` (the ranks with this rank's
+  // local rank: for each host's first rank, the hosts' first ranks).
+  void UseHierarchicalAllreduce(MPI_Comm local, MPI_Comm cross);
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
   Status Allgather(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
@@ -31,7 +41,11 @@ class MpiBackend : public Backend {
   void Abandon() { abandoned_ = true; }
 
  private:
+  Status HierarchicalAllreduce(const void* in, void* out, int count, MPI_Datatype type,
+                               MPI_Op op);
+
   MPI_Comm comm_;
+  MPI_Comm local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   MpiHalfOps half_;
   bool abandoned_ = false;

@@ -101,6 +101,40 @@ Status MpiContext::SplitCross(MPI_Comm* comm) {
   return Status::OK();
 }
 
+Status MpiContext::SplitWithin(MPI_Comm parent, MPI_Comm* dup, MPI_Comm* local, MPI_Comm* cross,
+                               ProcessLayout* l) {
+  TFRING_MPI_CHECK(MPI_Comm_rank(parent, &l->rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(parent, &l->size));
+  TFRING_MPI_CHECK(MPI_Comm_dup(parent, dup));
+  TFRING_MPI_CHECK(
+      MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, local));
+  TFRING_MPI_CHECK(MPI_Comm_rank(*local, &l->local_rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(*local, &l->local_size));
+  TFRING_MPI_CHECK(MPI_Comm_split(parent, l->local_rank, l->rank, cross));
+  TFRING_MPI_CHECK(MPI_Comm_rank(*cross, &l->cross_rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(*cross, &l->cross_size));
+  for (MPI_Comm* c : {dup, local, cross}) {
+    TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
+  }
+  return Status::OK();
+}
+
+Status MpiContext::CreateGroup(MPI_Comm world, const std::vector<int32_t>& ranks,
+                               MPI_Comm* comm) {
+  MPI_Group world_group, group;
+  TFRING_MPI_CHECK(MPI_Comm_group(world, &world_group));
+  TFRING_MPI_CHECK(MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(),
+                                  &group));
+  // The tag tells apart creations that share processes; members create their sets one at
+  // a time, in the same order, so a fixed tag is enough.
+  const int rc = MPI_Comm_create_group(world, group, /*tag=*/7301, comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  TFRING_MPI_CHECK(rc);
+  TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  return Status::OK();
+}
+
 std::string MpiContext::LibraryVersion() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;

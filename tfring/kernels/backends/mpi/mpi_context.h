@@ -8,7 +8,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tfring/kernels/common/status.h"
 
@@ -33,6 +35,14 @@ class MpiContext {
   // local rank (one per host: with local rank 0, the hosts' leaders). Errors returned.
   static Status SplitLocal(MPI_Comm* comm);
   static Status SplitCross(MPI_Comm* comm);
+  // The same over any communicator `parent` (a process set's): a duplicate of it, its ranks
+  // on this host, and its ranks with this rank's local rank; `layout` as seen within it.
+  // Every output communicator returns errors. Collective over `parent`.
+  static Status SplitWithin(MPI_Comm parent, MPI_Comm* dup, MPI_Comm* local, MPI_Comm* cross,
+                            ProcessLayout* layout);
+  // A communicator over the world ranks `ranks` (ascending, including this rank), made from
+  // `world` (a duplicate of MPI_COMM_WORLD). Collective over `ranks` only.
+  static Status CreateGroup(MPI_Comm world, const std::vector<int32_t>& ranks, MPI_Comm* comm);
   // "Open MPI v5.0.11, ..." as MPI_Get_library_version reports it (first line).
   static std::string LibraryVersion();
 };
