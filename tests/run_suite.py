@@ -4,9 +4,10 @@ Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks; NCCL 
 per GPU, skipped with the reason where there is none), unit tests (one
 process), parallel tests under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under
 mpirun with TF_USE_LEGACY_KERAS=1, failure scenarios, the examples (each run under mpirun as
-a user would). Every stage has a timeout, and the parallel stages fail a collective that
-some rank never submits after TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a failure
-with a message. Full logs go to build/test-logs/.
+a user would), a job across two hosts made on this machine (tests/multihost). Every stage
+has a timeout, and the parallel stages fail a collective that some rank never submits after
+TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a failure with a message. Full logs go to
+build/test-logs/.
 """
 
 import glob
@@ -103,6 +104,8 @@ def main():
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     stages.append(("failure", PYTEST + ["tests/failure"], 600))
     stages.append(("examples", PYTEST + ["tests/examples"], 600))
+    # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
+    stages.append(("multihost", PYTEST + ["tests/multihost"], 300))
 
     total_passed = total_failed = 0
     for spec in stages:

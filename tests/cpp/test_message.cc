@@ -26,6 +26,7 @@ std::vector<Request> SampleRequests() {
   c.name = "";
   c.kind = CollectiveKind::kAllgather;
   c.shape = {0, 1LL << 40};
+  c.process_set = {0, 2, 5};
   return {a, b, c};
 }
 
@@ -54,6 +55,9 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   b.root_rank = 1;
   b.cacheable = true;
   b.error = "Mismatched shapes for tensor 'b': rank 0 sent [2], rank 1 sent [3]";
+  a.shape = {3, 4};
+  a.process_set = {1, 3};
+  a.joined = {3};
   in.responses = {a, b};
   ResponseList out;
   ASSERT_TRUE(DecodeResponseList(EncodeResponseList(in), &out).ok());
@@ -64,7 +68,8 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
     const Response& y = out.responses[i];
     EXPECT_TRUE(x.name == y.name && x.kind == y.kind && x.dtype == y.dtype &&
                 x.reduce_op == y.reduce_op && x.root_rank == y.root_rank &&
-                x.first_dims == y.first_dims && x.cacheable == y.cacheable && x.error == y.error)
+                x.first_dims == y.first_dims && x.cacheable == y.cacheable && x.error == y.error &&
+                x.shape == y.shape && x.process_set == y.process_set && x.joined == y.joined)
         << "response " << i;
   }
 }
@@ -95,6 +100,19 @@ TFRING_TEST(Message, SameSignatureComparesEveryField) {
   b = a;
   b.cacheable = false;
   EXPECT_FALSE(a.SameSignature(b));
+  b = a;
+  b.process_set = {0, 1};
+  EXPECT_FALSE(a.SameSignature(b));
+}
+
+TFRING_TEST(Message, TensorKeysTellProcessSetsApart) {
+  EXPECT_EQ(TensorKey("w", {}), std::string("w"));
+  EXPECT_EQ(TensorKey("w", {0, 2}), std::string("w [process set 0, 2]"));
+  EXPECT_NE(TensorKey("w", {0, 2}), TensorKey("w", {1, 2}));
+  EXPECT_TRUE(SetMembers({}, 3) == std::vector<int32_t>({0, 1, 2}));
+  Response r;
+  r.joined = {1};
+  EXPECT_EQ(Contributors(r, 3), 2);
 }
 
 }  // namespace

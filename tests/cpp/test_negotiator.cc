@@ -172,5 +172,70 @@ TFRING_TEST(Negotiator, DescribeStalledShortensLongLists) {
   EXPECT_CONTAINS(s, "; and 2 more");
 }
 
+
+TFRING_TEST(Negotiator, ProcessSetsCompleteWithTheirMembers) {
+  Negotiator n(3);
+  Request a = Allreduce("w [process set 0, 2]");
+  a.process_set = {0, 2};
+  n.Add(0, a, At(0));
+  EXPECT_TRUE(n.TakeReady().empty());
+  n.Add(2, a, At(0));
+  const auto ready = n.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].ok()) << ready[0].error;
+  EXPECT_TRUE(ready[0].process_set == std::vector<int32_t>({0, 2}));
+  // A mismatch inside a set names the set's ranks.
+  Request b = a;
+  b.shape = {7};
+  n.Add(2, a, At(0));
+  n.Add(0, b, At(0));
+  const auto mismatch = n.TakeReady();
+  ASSERT_EQ(mismatch.size(), 1u);
+  EXPECT_CONTAINS(mismatch[0].error, "rank 0 sent [7], rank 2 sent [2,3]");
+  // Stall reports list the set's members only.
+  n.Add(0, a, At(0));
+  const auto stalled = n.PendingOlderThan(1, At(5));
+  ASSERT_EQ(stalled.size(), 1u);
+  EXPECT_TRUE(stalled[0].missing == std::vector<int>({2}));
+}
+
+TFRING_TEST(Negotiator, JoinedRanksCompleteTensorsAndAreListed) {
+  Negotiator n(3);
+  n.Add(2, Allreduce("g"), At(0));
+  EXPECT_TRUE(n.TakeReady().empty());
+  n.SetJoined({true, false, false});
+  EXPECT_TRUE(n.TakeReady().empty()) << "rank 1 has neither submitted nor joined";
+  n.SetJoined({true, true, false});  // completes without a new request
+  auto ready = n.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].ok()) << ready[0].error;
+  EXPECT_TRUE(ready[0].joined == std::vector<int32_t>({0, 1}));
+  EXPECT_FALSE(ready[0].cacheable) << "who has joined holds for this call only";
+  EXPECT_EQ(Contributors(ready[0], 3), 1);
+
+  Request gather = Allreduce("ag", {4, 2});
+  gather.kind = CollectiveKind::kAllgather;
+  n.Add(2, gather, At(0));
+  ready = n.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].first_dims == std::vector<int64_t>({0, 0, 4}));
+
+  Request bcast = Allreduce("b");
+  bcast.kind = CollectiveKind::kBroadcast;
+  bcast.root_rank = 0;
+  n.Add(2, bcast, At(0));
+  ready = n.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_CONTAINS(ready[0].error, "its root rank 0 has joined");
+
+  Request a2a = Allreduce("a2a", {3});
+  a2a.kind = CollectiveKind::kAlltoall;
+  a2a.splits = {1, 1, 1};
+  n.Add(2, a2a, At(0));
+  ready = n.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_CONTAINS(ready[0].error, "alltoall 'a2a' cannot run while rank(s) [0, 1]");
+}
+
 }  // namespace
 }  // namespace tfring

@@ -24,7 +24,16 @@ before it left. The recommended order:
     callbacks.append(tfring.keras.callbacks.BestModelCheckpoint("best.keras"))
 
 Keras adds its History and progress bar after the callbacks it is given, so both see the
-averaged metrics. Every callback turns off XLA (`jit_compile`) for the model it is attached
+averaged metrics.
+
+Uneven data: when ranks hold different numbers of batches, a rank that runs out ends its
+epoch first. The first of BroadcastGlobalVariablesCallback, MetricAverageCallback and the
+learning-rate callbacks to see the epoch end calls `tfring.join()`: the rank then takes part
+in the other ranks' remaining gradient allreduces with zeros, and their Average divides by
+the ranks that still have data, so those batches count in full. Once every rank has joined,
+if ranks ran different numbers of steps, every rank takes the weights and optimizer state of
+the rank that ran the most (the others stopped stepping early); then the epoch ends as
+usual. List these callbacks before any that reads the weights at the end of an epoch. Every callback turns off XLA (`jit_compile`) for the model it is attached
 to: tfring's collectives have no XLA lowering.
 """
 
@@ -106,6 +115,54 @@ def _optimizer_of(model, who):
     return optimizer
 
 
+# Ending epochs together (uneven data)
+
+# id(model) -> {"start": optimizer iterations at the epoch's start, "joined": bool}
+_epochs = {}
+
+
+def _iterations(model):
+    optimizer = getattr(model, "optimizer", None)
+    iterations = getattr(optimizer, "iterations", None)
+    return 0 if iterations is None else int(_as_float(iterations))
+
+
+def _end_epoch_together(model):
+    """Joins, then, if ranks ran different numbers of steps this epoch, gives every rank the
+    weights and optimizer state of the rank that ran the most. Once per epoch and model."""
+    state = _epochs.get(id(model))
+    if state is None or state["joined"]:
+        return
+    state["joined"] = True
+    collectives.join()
+    steps = _iterations(model) - state["start"]
+    counts = collectives.allgather(tf.constant([steps], tf.int64),
+                                   name="tfring.keras.epoch_steps").numpy()
+    if len(set(counts.tolist())) == 1:
+        return
+    root = int(np.argmax(counts))
+    if runtime.rank() == 0:
+        warnings.warn(f"tfring: ranks ran {counts.tolist()} steps this epoch (uneven data); "
+                      f"the ranks that ran out of data joined, and every rank continues from "
+                      f"rank {root}'s weights and optimizer state.", stacklevel=2)
+    collectives.broadcast_variables(model.variables, root, name="tfring.keras.epoch_end.model")
+    collectives.broadcast_variables(_optimizer_variables(model.optimizer), root,
+                                    name="tfring.keras.epoch_end.optimizer")
+
+
+class _EndEpochTogether:
+    """Mixin of the callbacks that end each epoch with `_end_epoch_together`. A subclass
+    that overrides on_epoch_begin or on_epoch_end calls super() first."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        _epochs[id(self.model)] = {"start": _iterations(self.model), "joined": False}
+        super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        _end_epoch_together(self.model)
+        super().on_epoch_end(epoch, logs)
+
+
 # BroadcastGlobalVariablesCallback
 
 def _optimizer_variables(optimizer):
@@ -130,7 +187,7 @@ def _build_optimizer(optimizer, model):
     return True
 
 
-class BroadcastGlobalVariablesCallback(_NoXlaMixin, _Callback):
+class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
     """Broadcasts the model's and the optimizer's variables from `root_rank` once.
 
     At the start of the first `fit()` every rank receives root_rank's weights and optimizer
@@ -217,7 +274,7 @@ def _average_logs_in_place(logs):
         logs[key] = float(mean) if mean.ndim == 0 else mean
 
 
-class MetricAverageCallback(_NoXlaMixin, _Callback):
+class MetricAverageCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
     """Replaces every numeric metric in the epoch's logs by its mean over all ranks.
 
     Each rank computes its metrics on its own shard of the data; at the end of each epoch
@@ -242,6 +299,7 @@ class MetricAverageCallback(_NoXlaMixin, _Callback):
         self.device = device
 
     def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)  # ranks with less data catch up first
         if logs:
             _average_logs_in_place(logs)
 
@@ -328,7 +386,7 @@ class _MomentumCorrection:
                           "momentum_correction=False to silence this warning.", stacklevel=4)
 
 
-class LearningRateScheduleCallback(_NoXlaMixin, _Callback):
+class LearningRateScheduleCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
     """Sets the learning rate to `initial_lr * multiplier(epoch)` from start_epoch to end_epoch.
 
     With staircase=True the rate changes at the beginning of each epoch in
@@ -417,6 +475,7 @@ class LearningRateScheduleCallback(_NoXlaMixin, _Callback):
         return int(steps)
 
     def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
         self.current_epoch = epoch
         if self.staircase and self._in_range(epoch):
             self._set_learning_rate(self.initial_lr * self.multiplier(epoch))
@@ -428,6 +487,7 @@ class LearningRateScheduleCallback(_NoXlaMixin, _Callback):
         self._set_learning_rate(self.initial_lr * self.multiplier(epoch))
 
     def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
         if logs is not None:
             logs["learning_rate"] = _as_float(self.model.optimizer.learning_rate)
 

@@ -1,0 +1,89 @@
+"""join(): ranks that run out of data early. Rank r runs r + 1 steps here, so while the
+higher ranks go on, the lower ones have joined and contribute the identity of each
+reduction; results are checked against numpy over the ranks that still had data."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from _util import rank_input
+
+
+def _steps(r):
+    return r + 1
+
+
+def _with_data(step, size):
+    return [r for r in range(size) if _steps(r) > step]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_allreduce_ops_with_joined_ranks(mode, rank, size):
+    def step_fn(x, y):
+        return (tfring.allreduce(x, op=tfring.Average, name=f"join.avg.{mode}"),
+                tfring.allreduce(x, op=tfring.Sum, name=f"join.sum.{mode}"),
+                tfring.allreduce(y, op=tfring.Min, name=f"join.min.{mode}"),
+                tfring.allreduce(y, op=tfring.Max, name=f"join.max.{mode}"),
+                tfring.grouped_allreduce([x, y], op=tfring.Sum, name=f"join.grouped.{mode}"))
+    step = tf.function(step_fn) if mode == "function" else step_fn
+
+    def inputs(r, s):
+        return rank_input(10 * r + s, (3, 2), tf.float32), rank_input(10 * r + s, (4,), tf.int32)
+
+    for s in range(_steps(rank)):
+        x, y = inputs(rank, s)
+        avg, total, low, high, (gx, gy) = [tf.nest.map_structure(lambda t: t.numpy(), o)
+                                           for o in step(tf.constant(x), tf.constant(y))]
+        present = _with_data(s, size)
+        xs = [inputs(r, s)[0] for r in present]
+        ys = [inputs(r, s)[1] for r in present]
+        np.testing.assert_allclose(avg, np.mean(xs, axis=0), rtol=1e-6)
+        np.testing.assert_array_equal(total, np.sum(xs, axis=0))
+        np.testing.assert_array_equal(low, np.min(ys, axis=0))
+        np.testing.assert_array_equal(high, np.max(ys, axis=0))
+        np.testing.assert_array_equal(gx, np.sum(xs, axis=0))
+        np.testing.assert_array_equal(gy, np.sum(ys, axis=0))
+    assert tfring.join() == size - 1
+    # After every rank has joined, collectives work as before.
+    assert tfring.allreduce(tf.constant(1.0), op=tfring.Sum, name="join.after").numpy() == size
+
+
+def test_allgather_and_broadcast_with_joined_ranks(rank, size):
+    for s in range(_steps(rank)):
+        x = np.full((rank + 1, 2), 10 * rank + s, np.int64)
+        gathered = tfring.allgather(x, name="join.gather").numpy()
+        want = np.concatenate([np.full((r + 1, 2), 10 * r + s, np.int64)
+                               for r in _with_data(s, size)])
+        np.testing.assert_array_equal(gathered, want)
+        got = tfring.broadcast(tf.constant([float(rank)]), size - 1, name="join.bcast").numpy()
+        assert got[0] == size - 1
+    assert tfring.join() == size - 1
+
+
+def test_broadcast_from_a_joined_root_fails_on_every_remaining_rank(rank, size):
+    if rank == 0:
+        assert tfring.join() == size - 1
+        return
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="its root rank 0 has joined"):
+        tfring.broadcast(tf.constant([1.0]), 0, name="join.bad_root")
+    assert tfring.join() == size - 1
+
+
+def test_joined_rank_cannot_submit(rank, size):
+    if rank != 0:
+        time.sleep(1.0)
+        assert tfring.join() == size - 1
+        return
+    result = {}
+    joiner = threading.Thread(target=lambda: result.update(last=tfring.join()))
+    joiner.start()
+    time.sleep(0.5)  # the runtime takes the join within a cycle (well under a millisecond)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="rank 0 has joined"):
+        tfring.allreduce(tf.ones(1), name="join.probe")
+    joiner.join(60)
+    assert result["last"] == size - 1

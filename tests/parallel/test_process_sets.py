@@ -1,0 +1,168 @@
+"""Process sets: every collective restricted to a subset of ranks, against numpy, in every
+mode; sets running at the same time; gradients; errors. Runs at 2 and 3 ranks: the sets are
+the even and the odd ranks ([0, 2] and [1] at 3 ranks, [0] and [1] at 2)."""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+from _util import MODES, rank_input, run
+
+
+def _sets(size):
+    even = tfring.ProcessSet([r for r in range(size) if r % 2 == 0])
+    odd = tfring.ProcessSet([r for r in range(size) if r % 2 == 1])
+    return even, odd
+
+
+@pytest.fixture
+def my_set(rank, size):
+    even, odd = _sets(size)
+    return even if rank % 2 == 0 else odd
+
+
+def test_process_set_api(rank, size, my_set):
+    assert my_set.included()
+    assert my_set.rank() == my_set.ranks.index(rank)
+    assert tfring.global_process_set.ranks == list(range(size))
+    assert tfring.global_process_set.size() == size
+    assert tfring.ProcessSet([2, 0]).ranks == [0, 2]
+    assert tfring.add_process_set([1, 0]) == tfring.ProcessSet([0, 1])
+    assert tfring.remove_process_set(my_set)
+    with pytest.raises(ValueError, match="each rank once"):
+        tfring.ProcessSet([0, 0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.int32, tf.float64])
+def test_allreduce_in_set(mode, dtype, rank, my_set):
+    x = rank_input(rank, (4, 3), dtype)
+    got = run(mode, lambda t: tfring.allreduce(t, op=tfring.Sum, name=f"ps.ar.{mode}",
+                                               process_set=my_set), x)
+    want = sum(rank_input(r, (4, 3), dtype) for r in my_set.ranks)
+    np.testing.assert_array_equal(got, want.astype(x.dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_average_divides_by_set_size(mode, rank, my_set):
+    x = np.full(5, float(rank + 1), np.float64)
+    got = run(mode, lambda t: tfring.allreduce(t, name=f"ps.avg.{mode}", process_set=my_set), x)
+    np.testing.assert_allclose(got, np.mean([r + 1.0 for r in my_set.ranks]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_grouped_allreduce_and_allgather_in_set(mode, rank, my_set):
+    a = rank_input(rank, (3,), tf.float32)
+    b = rank_input(rank, (rank + 1, 2), tf.int64)
+
+    def fn(x, y):
+        return (tfring.grouped_allreduce([x, x * 2], op=tfring.Sum, name=f"ps.gar.{mode}",
+                                         process_set=my_set),
+                tfring.allgather(y, name=f"ps.ag.{mode}", process_set=my_set))
+    (s1, s2), gathered = run(mode, fn, a, b)
+    want = sum(rank_input(r, (3,), tf.float32) for r in my_set.ranks)
+    np.testing.assert_array_equal(s1, want)
+    np.testing.assert_array_equal(s2, want * 2)
+    np.testing.assert_array_equal(
+        gathered, np.concatenate([rank_input(r, (r + 1, 2), tf.int64) for r in my_set.ranks]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_broadcast_from_every_member(mode, rank, my_set):
+    for root in my_set.ranks:
+        x = rank_input(rank, (2, 2), tf.float32)
+        got = run(mode, lambda t: tfring.broadcast(t, root, name=f"ps.bc.{mode}.{root}",
+                                                   process_set=my_set), x)
+        np.testing.assert_array_equal(got, rank_input(root, (2, 2), tf.float32))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reducescatter_and_alltoall_in_set(mode, rank, my_set):
+    n = my_set.size()
+    x = rank_input(rank, (2 * n + 1, 2), tf.float32)
+    rows = [2 * n + 1 for _ in range(n)]
+    split = [rows[0] // n + (1 if p < rows[0] % n else 0) for p in range(n)]
+    pos = my_set.rank()
+
+    def fn(t):
+        return (tfring.reducescatter(t, op=tfring.Sum, name=f"ps.rs.{mode}", process_set=my_set),
+                tfring.alltoall(t[:n], name=f"ps.a2a.{mode}", process_set=my_set))
+    scattered, (received, received_splits) = run(mode, fn, x)
+    total = sum(rank_input(r, (2 * n + 1, 2), tf.float32) for r in my_set.ranks)
+    start = sum(split[:pos])
+    np.testing.assert_array_equal(scattered, total[start:start + split[pos]])
+    # Each member sent row `pos` of its first n rows to me.
+    np.testing.assert_array_equal(
+        received, np.stack([rank_input(r, (2 * n + 1, 2), tf.float32)[pos]
+                            for r in my_set.ranks]))
+    np.testing.assert_array_equal(received_splits, np.ones(n))
+
+
+def test_barrier_in_set(my_set):
+    tfring.barrier(name="ps.barrier", process_set=my_set)
+
+
+def test_sets_run_concurrently_with_the_same_names(rank, size):
+    """Two overlapping sets and the global set at once, from threads, under the same tensor
+    names: each must get its own members' sum."""
+    sets = [tfring.ProcessSet([r for r in range(size) if r != size - 1] or [0]),
+            tfring.ProcessSet([r for r in range(size) if r != 0] or [0]),
+            tfring.global_process_set]
+    results, errors = {}, []
+
+    def work(i, ps):
+        try:
+            for step in range(5):
+                x = tf.constant([float(rank + 1 + step)] * 4)
+                results[(i, step)] = tfring.allreduce(x, op=tfring.Sum, name=f"ps.conc.{step}",
+                                                      process_set=ps).numpy()
+        except Exception as e:  # reported below, on the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i, ps))
+               for i, ps in enumerate(sets) if rank in ps.ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for i, ps in enumerate(sets):
+        if rank not in ps.ranks:
+            continue
+        for step in range(5):
+            want = sum(r + 1.0 + step for r in ps.ranks)
+            np.testing.assert_array_equal(results[(i, step)], np.full(4, want))
+
+
+def test_gradients_stay_in_the_set(rank, my_set):
+    x = tf.constant(rank_input(rank, (3,), tf.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tfring.allreduce(x, op=tfring.Sum, name="ps.grad.ar", process_set=my_set)
+        g = tfring.allgather(x, name="ps.grad.ag", process_set=my_set)
+        loss = tf.reduce_sum(y * 2.0) + tf.reduce_sum(g * 3.0)
+    dx = tape.gradient(loss, x)
+    # Every member's loss counts my x with 2 + 3: the gradient sums over the set.
+    np.testing.assert_array_equal(dx.numpy(), np.full(3, 5.0 * my_set.size()))
+
+
+def test_set_errors(rank, size, my_set):
+    others = [r for r in range(size) if r not in my_set.ranks]
+    if others:
+        with pytest.raises(ValueError, match=f"rank {rank} is not in the process set"):
+            tfring.allreduce(tf.ones(2), process_set=tfring.ProcessSet(others))
+        with pytest.raises(ValueError, match="is not in the process set"):
+            tfring.broadcast(tf.ones(2), others[0], process_set=my_set)
+    with pytest.raises(ValueError, match="names ranks the job does not have"):
+        tfring.allreduce(tf.ones(2), process_set=tfring.ProcessSet([rank, size + 3]))
+
+
+def test_mismatch_in_set_names_the_set_and_ranks(rank, size, my_set):
+    if my_set.size() < 2:
+        pytest.skip("needs a set of two ranks (runs at 3 ranks: [0, 2])")
+    x = tf.ones([2 + my_set.rank()])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Mismatched shapes for tensor 'ps.bad \[process set 0, 2\]'"):
+        tfring.allreduce(x, name="ps.bad", process_set=my_set)
