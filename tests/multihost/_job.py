@@ -2,8 +2,8 @@
 network namespaces): `python _job.py OUT_DIR`. Each rank writes what it saw to
 OUT_DIR/rank<R>.npz (its layout and host; every allreduce result and its weights after a
 Keras fit, once flat and once hierarchical; on rank 0, the weights one process trains to);
-rank 0 writes the timelines of both allreduce runs. The test
-checks all of it, so a rank only fails here when a call raises."""
+rank 0 writes the timelines of both allreduce runs. The test checks all of it, so a rank only
+fails here when a call raises."""
 
 import os
 import socket
@@ -53,10 +53,6 @@ def main(out_dir):
                                  tfring.cross_rank(), tfring.cross_size()]),
              "hostname": np.array(socket.gethostname()),
              "netns": np.array(os.readlink("/proc/self/ns/net"))}
-    if rank == 0:  # one process on the global batch, which the fits must match
-        reference = _keras_problem.reference_weights(keras, keras.optimizers.SGD(0.1), STEPS,
-                                                     size)
-        saved.update({f"reference/{i}": w for i, w in enumerate(reference)})
     for mode in ("flat", "hierarchical"):
         if mode == "hierarchical":  # a setting init() reads: start again with it
             tfring.shutdown()
@@ -64,6 +60,12 @@ def main(out_dir):
             tfring.init()
         saved.update(allreduces(out_dir, mode, rank))
         saved.update(keras_fit(rank, size, mode))
+    # One process on the global batch, which the fits must match. Last: a model built on one
+    # rank only would shift Keras's layer names, which name the gradients, on that rank.
+    if rank == 0:
+        reference = _keras_problem.reference_weights(keras, keras.optimizers.SGD(0.1), STEPS,
+                                                     size)
+        saved.update({f"reference/{i}": w for i, w in enumerate(reference)})
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **saved)
     print(f"rank {rank} on {socket.gethostname()}: done", flush=True)
 

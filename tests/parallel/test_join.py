@@ -87,3 +87,17 @@ def test_joined_rank_cannot_submit(rank, size):
         tfring.allreduce(tf.ones(1), name="join.probe")
     joiner.join(60)
     assert result["last"] == size - 1
+
+
+def test_cached_ops_do_not_run_when_every_rank_has_joined(rank, size):
+    # Joined ranks mark every cached op ready; with all joined, no rank has data for any of
+    # them, and none may run (an integer Average would divide by zero ranks).
+    for _ in range(2):  # the second call runs from the response cache
+        got = tfring.allreduce(np.arange(7, dtype=np.int32), op=tfring.Average,
+                               name="join.cached.int_average").numpy()
+        np.testing.assert_array_equal(got, np.arange(7))
+    for _ in range(2):
+        # Ranks join in any order here: they must agree on which was last.
+        last = tfring.join()
+        agreed = tfring.allgather(np.array([last]), name="join.cached.last").numpy()
+        assert 0 <= last < size and (agreed == last).all(), agreed

@@ -38,6 +38,12 @@ bool IsMember(const std::vector<int32_t>& members, int rank) {
   return std::binary_search(members.begin(), members.end(), rank);
 }
 
+// Whether `rank` is in `process_set` (empty: all ranks). No allocation: runs per cache slot
+// per cycle.
+bool InSet(const std::vector<int32_t>& process_set, int rank) {
+  return process_set.empty() || IsMember(process_set, rank);
+}
+
 int PositionIn(const std::vector<int32_t>& members, int rank) {
   return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) -
                           members.begin());
@@ -373,8 +379,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   }
   // Slots this rank never holds up: any, once joined; those of sets it is not in.
   for (int slot = 0; slot < nbits; ++slot) {
-    if (cache_.used(slot) &&
-        (joined_ || !IsMember(SetMembers(cache_.response(slot).process_set, size_), rank_))) {
+    if (cache_.used(slot) && (joined_ || !InSet(cache_.response(slot).process_set, rank_))) {
       SetBit(&words, ready_base, slot);
     }
   }
@@ -382,9 +387,10 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(&words));
 
   std::vector<bool> joined(size_);
-  bool all_joined = true;
+  bool any_joined = false, all_joined = true;
   for (int r = 0; r < size_; ++r) {
     joined[r] = !TestBit(words, joined_base, r);
+    any_joined = any_joined || joined[r];
     all_joined = all_joined && joined[r];
   }
   const bool joined_changed = joined != joined_ranks_;
@@ -402,10 +408,16 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
         }
       }
     } else if (TestBit(words, ready_base, slot)) {
-      execute.push_back(cache_.response(slot));
-      for (int32_t m : SetMembers(execute.back().process_set, size_)) {
-        if (joined[m]) execute.back().joined.push_back(m);
+      Response r = cache_.response(slot);
+      if (any_joined) {
+        const std::vector<int32_t> members = SetMembers(r.process_set, size_);
+        for (int32_t m : members) {
+          if (joined[m]) r.joined.push_back(m);
+        }
+        // Every member joined: nobody submitted it (joined ranks mark every slot ready).
+        if (r.joined.size() == members.size()) continue;
       }
+      execute.push_back(std::move(r));
     }
   }
 
