@@ -135,7 +135,8 @@ def parse_args(argv):
                    help="TFRING_AUTOTUNE=1: tune fusion threshold and cycle time on the job")
     p.add_argument("--autotune-log-file", help="TFRING_AUTOTUNE_LOG: a CSV of the trials")
     p.add_argument("--hierarchical-allreduce", action="store_true",
-                   help="TFRING_HIERARCHICAL_ALLREDUCE=1 (GPU tensors)")
+                   help="TFRING_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, "
+                        "then across hosts")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
     p.add_argument("--mpi-args", default="",
                    help="more options for mpirun itself, as one quoted string")

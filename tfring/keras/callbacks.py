@@ -33,8 +33,10 @@ in the other ranks' remaining gradient allreduces with zeros, and their Average 
 the ranks that still have data, so those batches count in full. Once every rank has joined,
 if ranks ran different numbers of steps, every rank takes the weights and optimizer state of
 the rank that ran the most (the others stopped stepping early); then the epoch ends as
-usual. List these callbacks before any that reads the weights at the end of an epoch. Every callback turns off XLA (`jit_compile`) for the model it is attached
-to: tfring's collectives have no XLA lowering.
+usual. List these callbacks before any that reads the weights at the end of an epoch.
+
+Every callback turns off XLA (`jit_compile`) for the model it is attached to: tfring's
+collectives have no XLA lowering.
 """
 
 import contextlib
