@@ -18,6 +18,7 @@ if not os.environ.get("TF_USE_LEGACY_KERAS") or "tf_keras" not in tf.keras.__nam
 import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 import _keras_problem  # noqa: E402
+import _uneven_fit  # noqa: E402
 from _keras_problem import (BATCH, assert_same_on_all_ranks,  # noqa: E402
                             global_data, make_model, reference_weights, shard,
                             weights_and_optimizer_state)
@@ -127,3 +128,7 @@ def test_metric_average_callback(rank, size):
     loss = history.history["loss"][0]
     every_rank = tfring.allgather_object(loss, name="tfk.losses")
     assert all(v == pytest.approx(every_rank[0], rel=1e-6) for v in every_rank)
+
+
+def test_fit_with_uneven_batches(rank, size):
+    _uneven_fit.check_fit_with_uneven_batches(keras, rank, size)
