@@ -121,7 +121,7 @@ def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_fact
     return _library.ops().tfring_allreduce(
         tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
         tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
-        process_set=process_set._attr("tfring.allreduce"))
+        **process_set._op_kwargs("tfring.allreduce"))
 
 
 def _allreduce_indexed_slices(slices, op, name, process_set):
@@ -152,7 +152,7 @@ def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
     return _library.ops().tfring_grouped_allreduce(
         tensors, reduce_op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable,
-        eager=tf.executing_eagerly(), process_set=process_set._attr("tfring.grouped_allreduce"))
+        eager=tf.executing_eagerly(), **process_set._op_kwargs("tfring.grouped_allreduce"))
 
 
 @_clean_eager_errors
@@ -172,7 +172,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
                          "Reshape it to [1] first.")
     return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name,
                                            eager=tf.executing_eagerly(),
-                                           process_set=process_set._attr("tfring.allgather"))
+                                           **process_set._op_kwargs("tfring.allgather"))
 
 
 @_clean_eager_errors
@@ -192,7 +192,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
                              f"'{tensor_name}.{i}' is a scalar. Reshape it to [1] first.")
     return _library.ops().tfring_grouped_allgather(
         tensors, tensor_name=tensor_name, eager=tf.executing_eagerly(),
-        process_set=process_set._attr("tfring.grouped_allgather"))
+        **process_set._op_kwargs("tfring.grouped_allgather"))
 
 
 @_clean_eager_errors
@@ -218,7 +218,7 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
     return _library.ops().tfring_reducescatter(
         tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
         tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
-        process_set=process_set._attr("tfring.reducescatter"))
+        **process_set._op_kwargs("tfring.reducescatter"))
 
 
 def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0,
@@ -266,7 +266,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
     return tuple(_library.ops().tfring_alltoall(
         tensor, splits, tensor_name=tensor_name, eager=tf.executing_eagerly(),
-        process_set=process_set._attr("tfring.alltoall")))
+        **process_set._op_kwargs("tfring.alltoall")))
 
 
 @_clean_eager_errors
@@ -279,7 +279,7 @@ def barrier(name=None, process_set=global_process_set):
     tensor_name, cacheable = naming.tensor_name("barrier", name)
     op = _library.ops().tfring_barrier(tensor_name=tensor_name, cacheable=cacheable,
                                        eager=tf.executing_eagerly(),
-                                       process_set=process_set._attr("tfring.barrier"))
+                                       **process_set._op_kwargs("tfring.barrier"))
     return None if tf.executing_eagerly() or tf.inside_function() else op
 
 
@@ -292,7 +292,8 @@ def join():
     an Average divides by the ranks that had data only; it adds no rows to an allgather.
     The other ranks go on as if it had submitted every op they run. A broadcast from a
     joined root, an alltoall, and (in this version) a GPU tensor fail while a rank is
-    joined. A joined rank submits nothing more until every rank has joined.
+    joined. A joined rank submits nothing more until every rank has joined (in a graph,
+    give join() control dependencies on the step's collectives).
 
     Returns:
         The last rank to join (an int in eager mode, a scalar int32 tensor in a graph):
@@ -312,7 +313,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     _check_root(root_rank, process_set)
     return _library.ops().tfring_broadcast(tensor, root_rank=root_rank, tensor_name=tensor_name,
                                            cacheable=cacheable, eager=tf.executing_eagerly(),
-                                           process_set=process_set._attr("tfring.broadcast"))
+                                           **process_set._op_kwargs("tfring.broadcast"))
 
 
 def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):

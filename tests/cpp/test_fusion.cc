@@ -90,5 +90,14 @@ TFRING_TEST(Fusion, ThresholdZeroDisablesFusion) {
 
 TFRING_TEST(Fusion, EmptyPlan) { EXPECT_TRUE(Plan({}, {}, 100).empty()); }
 
+
+TFRING_TEST(Fusion, ResponsesWithOtherJoinedRanksTravelApart) {
+  // An Average divides the whole fused buffer by one count of ranks with data.
+  Response a = R(kAR, DataType::kFloat32, ReduceOp::kAverage);
+  Response b = a, c = a;
+  b.joined = {2};
+  EXPECT_EQ(Show(Plan({a, b, c}, {4, 4, 4}, 1 << 20)), std::string("{0,2}{1}"));
+}
+
 }  // namespace
 }  // namespace tfring

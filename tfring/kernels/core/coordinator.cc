@@ -66,6 +66,7 @@ Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scrat
   scratch->entries.emplace_back();
   Entry* e = &scratch->entries.back();
   e->request = SignatureOf(r);
+  e->request.prescale_factor = 1.0;  // the identity stays the identity
   e->done = [](const Status&) {};
   const int64_t count = NumElements(r.shape);
   const size_t esize = DataTypeSize(r.dtype);
@@ -122,6 +123,7 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       host_(std::move(backend), rank_, size_),
       device_(std::move(device_executor)),
       make_set_(std::move(process_sets)),
+      all_ranks_(SetMembers({}, size_)),
       cache_(options.cache_capacity),
       joined_ranks_(size_, false),
       negotiator_(size_),
@@ -302,6 +304,11 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
   for (Entry& e : fresh) {
     *progress = true;
     const std::string name = e.request.name;
+    if (e.request.kind == CollectiveKind::kJoin && joined_) {
+      e.done(Status::FailedPrecondition("join() is already pending on rank " +
+                                        std::to_string(rank_)));
+      continue;
+    }
     if (table_.count(name)) {
       e.done(Status::InvalidArgument(
           "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
@@ -433,7 +440,9 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (!execute.empty()) {
     *progress = true;
     timeline_.MarkCycle();
-    for (const Response& r : execute) timeline_.Phase(r.name, "QUEUE");
+    for (const Response& r : execute) {
+      if (table_.count(r.name)) timeline_.Phase(r.name, "QUEUE");  // this rank's own
+    }
     const int64_t bytes = Execute(execute);
     timeline_.Flush();
     if (autotuner_) {
@@ -595,18 +604,31 @@ Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecu
   }
   auto it = sets_.find(members);
   if (it == sets_.end()) {
+    // Made once, whatever the outcome: a failure is the set's answer from then on (the
+    // factory agrees on it among the members; making it again would be a collective that
+    // the other members never join).
     SetExecutors made;
-    TFRING_RETURN_IF_ERROR(make_set_(members, &made));
-    made.host->set_timeline(&timeline_);
-    if (made.device) made.device->set_timeline(&timeline_);
+    made.status = make_set_(members, &made);
+    if (made.status.ok()) {
+      made.host->set_timeline(&timeline_);
+      if (made.device) made.device->set_timeline(&timeline_);
+    }
     it = sets_.emplace(members, std::move(made)).first;
   }
+  TFRING_RETURN_IF_ERROR(it->second.status);
   *host = it->second.host.get();
   *device = it->second.device.get();
   return Status::OK();
 }
 
 int64_t Coordinator::Execute(const std::vector<Response>& responses) {
+  bool all_global = true;
+  for (const Response& r : responses) all_global = all_global && r.process_set.empty();
+  if (all_global) {  // the common case, without the sorting below
+    std::vector<const Response*> list;
+    for (const Response& r : responses) list.push_back(&r);
+    return ExecuteInSet(all_ranks_, list);
+  }
   // Set by set, in the order the sets first appear: the same on every rank.
   std::vector<std::vector<int32_t>> order;
   std::map<std::vector<int32_t>, std::vector<const Response*>> by_set;
@@ -627,7 +649,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
                                   const std::vector<const Response*>& responses) {
   const int position = PositionIn(members, rank_);
   const int set_size = static_cast<int>(members.size());
-  Scratch scratch;
+  std::unique_ptr<Scratch> scratch;  // made when this rank has joined and needs stand-ins
   std::vector<Response> runs;  // what the executors see: roots as positions in the set
   runs.reserve(responses.size());
   std::vector<Entry*> entries;
@@ -644,8 +666,9 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";
     if (r.kind == CollectiveKind::kBroadcast) r.root_rank = PositionIn(members, r.root_rank);
     runs.push_back(std::move(r));
+    if (!mine && !scratch) scratch = std::make_unique<Scratch>();
     entries.push_back(mine ? &it->second.entry
-                           : JoinedEntry(runs.back(), position, set_size, &scratch));
+                           : JoinedEntry(runs.back(), position, set_size, scratch.get()));
     owned.push_back(mine);
   }
   std::vector<FusionItem> items;

@@ -77,13 +77,16 @@
 
 namespace tfring {
 
-// The executors of one process set: host tensors, and GPU tensors (may be null).
+// The executors of one process set: host tensors, and GPU tensors (may be null); or why
+// the set could not be made.
 struct SetExecutors {
   std::unique_ptr<GroupExecutor> host;
   std::unique_ptr<GroupExecutor> device;
+  Status status;
 };
 // Makes the executors of the process set `members` (global ranks, ascending). Called on
-// the coordinator thread of each member, at the same point of their common collectives.
+// the coordinator thread of each member, at the same point of their common collectives,
+// once per set: it returns the same status on every member.
 using ProcessSetFactory =
     std::function<Status(const std::vector<int32_t>& members, SetExecutors* out)>;
 
@@ -162,6 +165,7 @@ class Coordinator {
   HostExecutor host_;
   std::unique_ptr<GroupExecutor> device_;
   ProcessSetFactory make_set_;
+  const std::vector<int32_t> all_ranks_;  // 0 .. size - 1
   std::map<std::vector<int32_t>, SetExecutors> sets_;  // by members; made on first use
 
   // Shared with Enqueue/Shutdown callers.

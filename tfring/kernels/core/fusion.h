@@ -2,7 +2,8 @@
 //
 // A pure function of the (identical on every rank) ordered response list, so every rank
 // forms the same groups. Tensors are grouped when they have the same collective, dtype,
-// memory (host or GPU) and reduce op (and root, for broadcast; and scale factors, on a GPU)
+// memory (host or GPU), reduce op and joined ranks (and root, for broadcast; and scale
+// factors, on a GPU)
 // and the group's bytes stay within the threshold. A
 // tensor at or above the threshold, or at or above `alone_bytes`, travels alone (and then
 // needs no copy at all): fusion saves a backend call per tensor, which is worth a copy in

@@ -69,23 +69,36 @@ Status NewHostBackend(const Options& options, std::unique_ptr<MpiBackend>* out) 
 }
 
 // Makes a process set's executors: communicators over its members, created from a
-// duplicate of the world that tfring keeps for this alone.
+// duplicate of the world that the factory keeps for this alone (freed with the factory).
+// The members agree on the outcome, so that none runs the set's collectives alone.
 ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
-  return [options, world](const std::vector<int32_t>& members, SetExecutors* out) -> Status {
+  std::shared_ptr<MPI_Comm> parent(new MPI_Comm(world), [](MPI_Comm* c) {
+    MPI_Comm_free(c);
+    delete c;
+  });
+  return [options, parent](const std::vector<int32_t>& members, SetExecutors* out) -> Status {
     MPI_Comm set_comm;
-    TFRING_RETURN_IF_ERROR(MpiContext::CreateGroup(world, members, &set_comm));
+    TFRING_RETURN_IF_ERROR(MpiContext::CreateGroup(*parent, members, &set_comm));
+    std::unique_ptr<GroupExecutor> device;
+    std::unique_ptr<MpiBackend> host;
+    Status s = NewDeviceExecutor(options, set_comm, &device);
+    if (s.ok()) {
+      MPI_Comm host_comm;
+      s = MPI_Comm_dup(set_comm, &host_comm) == MPI_SUCCESS
+              ? NewMpiBackend(host_comm, &host)
+              : Status::Internal("MPI_Comm_dup of the process set's communicator failed");
+    }
+    int ok = s.ok() ? 1 : 0, all_ok = 0;
+    const int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, set_comm);
     int rank = 0, size = 1;
     MPI_Comm_rank(set_comm, &rank);
     MPI_Comm_size(set_comm, &size);
-    std::unique_ptr<GroupExecutor> device;
-    const Status s = NewDeviceExecutor(options, set_comm, &device);
-    std::unique_ptr<MpiBackend> host;
-    if (s.ok()) {
-      TFRING_RETURN_IF_ERROR(NewMpiBackend(set_comm, &host));  // owns set_comm from here
-    } else {
-      MPI_Comm_free(&set_comm);
-      return s;
+    MPI_Comm_free(&set_comm);
+    if (s.ok() && (rc != MPI_SUCCESS || !all_ok)) {
+      s = Status::FailedPrecondition(
+          "setting up the process set failed on another of its members (its error says why)");
     }
+    TFRING_RETURN_IF_ERROR(s);
     out->host = std::make_unique<HostExecutor>(std::move(host), rank, size);
     out->device = std::move(device);
     return Status::OK();
@@ -129,7 +142,7 @@ Status GlobalRuntime::Init() {
   SetLogRank(layout_.rank);
   MPI_Comm control_comm, sets_comm;
   TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&control_comm));
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&sets_comm));  // lives as long as the process
+  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&sets_comm));
   std::unique_ptr<MpiBackend> backend;
   TFRING_RETURN_IF_ERROR(NewHostBackend(options, &backend));
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);

@@ -444,7 +444,7 @@ class JoinOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
                          done);
     Entry e;
-    e.request.name = "join";
+    e.request.name = "tfring.join";
     e.request.kind = CollectiveKind::kJoin;
     e.request.dtype = DataType::kInt32;
     e.request.cacheable = false;
