@@ -116,6 +116,21 @@ std::string TensorKey(const std::string& name, const std::vector<int32_t>& proce
   return s + "]";
 }
 
+Response ResponseTo(const Request& q) {
+  Response r;
+  r.name = q.name;
+  r.kind = q.kind;
+  r.dtype = q.dtype;
+  r.reduce_op = q.reduce_op;
+  r.root_rank = q.root_rank;
+  r.prescale_factor = q.prescale_factor;
+  r.postscale_factor = q.postscale_factor;
+  r.on_device = q.on_device;
+  r.shape = q.shape;
+  r.process_set = q.process_set;
+  return r;
+}
+
 Request SignatureOf(const Response& r) {
   Request q;
   q.name = r.name;

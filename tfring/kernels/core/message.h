@@ -66,6 +66,9 @@ std::string RankListString(const std::vector<int32_t>& ranks);
 // name with the set, so that the same name may be in flight in two sets at once. It is
 // also the name errors and the timeline show: "grad/w [process set 0, 2]".
 std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set);
+// The response to `q` that carries q's description (name, collective, dtype, reduce op,
+// root, scale factors, device, shape, process set); the negotiator fills in the rest.
+Response ResponseTo(const Request& q);
 // The request that a response answers, as the response cache compares them: what a rank
 // that holds no entry of its own (a joined rank, a rank outside the set) records.
 Request SignatureOf(const Response& r);

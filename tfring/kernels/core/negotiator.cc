@@ -76,17 +76,7 @@ Response Negotiator::Validate(const Slot& slot) const {
   }
   const int r0 = present[0];
   const Request& first = slot.by_rank[r0];
-  Response resp;
-  resp.name = first.name;
-  resp.kind = first.kind;
-  resp.dtype = first.dtype;
-  resp.reduce_op = first.reduce_op;
-  resp.root_rank = first.root_rank;
-  resp.prescale_factor = first.prescale_factor;
-  resp.postscale_factor = first.postscale_factor;
-  resp.on_device = first.on_device;
-  resp.shape = first.shape;
-  resp.process_set = first.process_set;
+  Response resp = ResponseTo(first);
   for (int32_t m : slot.members) {
     if (!slot.present[m]) resp.joined.push_back(m);
   }

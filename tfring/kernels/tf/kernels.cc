@@ -3,6 +3,7 @@
 // the runtime's background thread, or, for eager ops that finish quickly, on the caller's
 // (KernelCompletion in adapter.h).
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -90,6 +91,31 @@ struct ProcessSetAttr {
   }
 };
 
+// Hands the kernel's entries to the runtime; the kernel completes when every one is done.
+// An eager op of at most KernelCompletion::kInlineWaitMaxBytes waits for them on the
+// caller's thread (adapter.h).
+template <bool kOnGpu>
+void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vector<Entry> entries,
+               bool eager, int64_t bytes) {
+  auto completion = KernelCompletion::Create(
+      ctx, std::move(done), static_cast<int>(entries.size()),
+      eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
+  for (Entry& e : entries) {
+    e.eager = eager;
+    e.done = KernelCompletion::EntryCallback(completion);
+    Submit<kOnGpu>(ctx, std::move(e));
+  }
+  completion->WaitInline();
+}
+
+template <bool kOnGpu>
+void SubmitOne(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, Entry e, bool eager,
+               int64_t bytes) {
+  std::vector<Entry> entries;
+  entries.push_back(std::move(e));
+  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes);
+}
+
 // The attributes of a reducing op (allreduce, grouped allreduce, reducescatter), and the
 // request fields they fill.
 struct ReduceAttrs {
@@ -170,14 +196,7 @@ class AllreduceOp : public AsyncOpKernel {
     if (n == 0) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
-    auto completion = KernelCompletion::Create(
-        ctx, done, n, attrs_.eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
-    for (Entry& e : entries) {
-      e.eager = attrs_.eager;
-      e.done = KernelCompletion::EntryCallback(completion);
-      Submit<kOnGpu>(ctx, std::move(e));
-    }
-    completion->WaitInline();
+    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes);
   }
 
  private:
@@ -216,14 +235,7 @@ class AllgatherOp : public AsyncOpKernel {
       bytes += input.TotalBytes();
     }
     if (n == 0) return done();
-    auto completion = KernelCompletion::Create(
-        ctx, done, n, eager_ && bytes <= KernelCompletion::kInlineWaitMaxBytes);
-    for (Entry& e : entries) {
-      e.eager = eager_;
-      e.done = KernelCompletion::EntryCallback(completion);
-      Submit<kOnGpu>(ctx, std::move(e));
-    }
-    completion->WaitInline();
+    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager_, bytes);
   }
 
  private:
@@ -270,12 +282,7 @@ class BroadcastOp : public AsyncOpKernel {
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
       e.output = MutableDataOf(output);
     }
-    auto completion = KernelCompletion::Create(
-        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
-    e.eager = eager_;
-    e.done = KernelCompletion::EntryCallback(completion);
-    Submit<kOnGpu>(ctx, std::move(e));
-    completion->WaitInline();
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes());
   }
 
  private:
@@ -312,12 +319,7 @@ class ReducescatterOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
     e.input = DataOf(input);
     e.output = MutableDataOf(output);
-    auto completion = KernelCompletion::Create(
-        ctx, done, 1, attrs_.eager && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
-    e.eager = attrs_.eager;
-    e.done = KernelCompletion::EntryCallback(completion);
-    Submit<kOnGpu>(ctx, std::move(e));
-    completion->WaitInline();
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), attrs_.eager, input.TotalBytes());
   }
 
  private:
@@ -374,12 +376,7 @@ class AlltoallOp : public AsyncOpKernel {
       return Status::OK();
     };
     e.allocate_output = OutputAllocator(ctx, 0, "alltoall");
-    auto completion = KernelCompletion::Create(
-        ctx, done, 1, eager_ && input.TotalBytes() <= KernelCompletion::kInlineWaitMaxBytes);
-    e.eager = eager_;
-    e.done = KernelCompletion::EntryCallback(completion);
-    Submit<kOnGpu>(ctx, std::move(e));
-    completion->WaitInline();
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes());
   }
 
  private:
@@ -411,11 +408,7 @@ class BarrierOp : public AsyncOpKernel {
     e.request.process_set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
-    auto completion = KernelCompletion::Create(ctx, done, 1, eager_);
-    e.eager = eager_;
-    e.done = KernelCompletion::EntryCallback(completion);
-    GlobalRuntime::Get().Enqueue(std::move(e));
-    completion->WaitInline();
+    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0);
   }
 
  private:
@@ -450,11 +443,7 @@ class JoinOp : public AsyncOpKernel {
     e.request.cacheable = false;
     e.output = output->data();
     // Waits for the slowest rank: never inline on the caller's thread.
-    auto completion = KernelCompletion::Create(ctx, done, 1, false);
-    e.eager = eager_;
-    e.done = KernelCompletion::EntryCallback(completion);
-    GlobalRuntime::Get().Enqueue(std::move(e));
-    completion->WaitInline();
+    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, INT64_MAX);
   }
 
  private:
