@@ -377,12 +377,18 @@ def broadcast_object(obj, root_rank=0, name=None):
 
 # Gradients. Each names its collectives through tfring.naming, like any other call.
 
-@tf.RegisterGradient("TfringAllreduce")
-def _allreduce_grad(op, grad):
+def _differentiable_op(op, what):
+    """The reduce op of a reducing op's node; only Average and Sum have a gradient."""
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (Average, Sum):
-        raise ValueError(f"tfring.allreduce has a gradient for op=Average and Sum only, "
+        raise ValueError(f"tfring.{what} has a gradient for op=Average and Sum only, "
                          f"not op={_OP_NAMES[reduce_op]}.")
+    return reduce_op
+
+
+@tf.RegisterGradient("TfringAllreduce")
+def _allreduce_grad(op, grad):
+    reduce_op = _differentiable_op(op, "allreduce")
     return allreduce(grad, op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
                      postscale_factor=op.get_attr("postscale_factor"),
                      process_set=from_attr(op.get_attr("process_set")))
@@ -390,10 +396,7 @@ def _allreduce_grad(op, grad):
 
 @tf.RegisterGradient("TfringGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Average, Sum):
-        raise ValueError(f"tfring.grouped_allreduce has a gradient for op=Average and Sum only, "
-                         f"not op={_OP_NAMES[reduce_op]}.")
+    reduce_op = _differentiable_op(op, "grouped_allreduce")
     return grouped_allreduce(list(grads), op=reduce_op,
                              prescale_factor=op.get_attr("prescale_factor"),
                              postscale_factor=op.get_attr("postscale_factor"),
@@ -429,10 +432,7 @@ def _grouped_allgather_grad(op, *grads):
 def _reducescatter_grad(op, grad):
     # out_r = f * op(x_0, ..., x_n)[block r]; for Sum and Average each x_q[block r] gets
     # f * grad_r (f: the scale factors, and 1/size for Average): gather every rank's block.
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Average, Sum):
-        raise ValueError(f"tfring.reducescatter has a gradient for op=Average and Sum only, "
-                         f"not op={_OP_NAMES[reduce_op]}.")
+    reduce_op = _differentiable_op(op, "reducescatter")
     process_set = from_attr(op.get_attr("process_set"))
     gathered = allgather(grad, process_set=process_set)
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
