@@ -17,35 +17,44 @@ import sys as _sys
 _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 from tfring._library import build_info  # noqa: E402
+from tfring import _collective_gradients  # noqa: E402,F401  (registers the gradients)
+from tfring._horovod_util import (  # noqa: E402
+    check_num_rank_power_of_2, handle_average_backwards_compatibility, refs_to_vars,
+    split_list, vars_to_refs)
 from tfring.collectives import (  # noqa: E402
-    Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce, alltoall, barrier,
-    broadcast, broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
-    grouped_allreduce, grouped_reducescatter, join, reducescatter)
+    Average, Max, Min, Product, Sum, allgather, allreduce, alltoall, barrier, broadcast,
+    grouped_allgather, grouped_allreduce, grouped_reducescatter, join, reducescatter)
 from tfring.compression import Compression  # noqa: E402
+from tfring.functions import (  # noqa: E402
+    allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from tfring.gradient_tape import DistributedGradientTape  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
 from tfring.process_sets import (  # noqa: E402
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 from tfring.runtime import (  # noqa: E402
-    cross_rank, cross_size, init, is_initialized, local_rank, local_rank_op, local_size,
-    local_size_op, mpi_built, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
-    shutdown, size, size_op, start_timeline, stop_timeline)
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    is_homogeneous, is_initialized, local_rank, local_rank_op, local_size, local_size_op,
+    mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
+    rocm_built, shutdown, size, size_op, start_timeline, stop_timeline)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Average", "Sum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
-    "cross_size", "cross_rank", "mpi_built", "nccl_built", "mpi_threads_supported",
-    "mpi_version", "build_info", "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
+    "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_version",
+    "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
+    "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",
-    "grouped_reducescatter", "alltoall", "broadcast",
-    "broadcast_", "barrier", "join", "broadcast_variables",
+    "grouped_reducescatter", "alltoall", "broadcast", "broadcast_", "barrier", "join",
+    "broadcast_variables", "allgather_object", "broadcast_object", "broadcast_object_fn",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "allgather_object", "broadcast_object",
     "Compression", "DistributedOptimizer", "DistributedGradientTape",
     "BroadcastGlobalVariablesHook", "broadcast_global_variables",
+    "split_list", "vars_to_refs", "refs_to_vars", "handle_average_backwards_compatibility",
+    "check_num_rank_power_of_2",
 ]
 
 

@@ -53,7 +53,8 @@ def capi():
     """The C API (tfring/kernels/runtime/c_api.cc) of the same, already loaded, library."""
     ops()  # the TF check and load come first; dlopen then returns the same handle
     lib = ctypes.CDLL(LIBRARY_PATH, mode=ctypes.RTLD_GLOBAL)
-    lib.tfring_init.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.tfring_init.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int,
+                                ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
     lib.tfring_mpi_version.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.tfring_reduce_op_value.argtypes = [ctypes.c_char_p]
     lib.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,

@@ -1,21 +1,22 @@
 """Collective operations on tensors: allreduce, grouped_allreduce, allgather,
-grouped_allgather, reducescatter, grouped_reducescatter, alltoall, broadcast, broadcast_,
-barrier, join.
+grouped_allgather, reducescatter, grouped_reducescatter, alltoall, broadcast, barrier, join.
 
-Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient. The data
-goes from the op's C++ kernel to the runtime and MPI without passing through Python. Each
-takes `process_set=` (tfring.ProcessSet) to run among a subset of the ranks.
+Each works in eager mode, inside tf.function and in TF1 graphs, and has a gradient
+(tfring/_collective_gradients.py). The data goes from the op's C++ kernel to the runtime and
+MPI without passing through Python. Each takes `process_set=` (tfring.ProcessSet) to run
+among a subset of the ranks, and is named as tfring/naming.py says. Signatures are
+Horovod's, in Horovod's order.
 """
 
+import contextlib
 import functools
-import pickle
 import re
 
-import numpy as np
 import tensorflow as tf
 
 from tfring import _library, naming, runtime
-from tfring.process_sets import from_attr, global_process_set
+from tfring.compression import Compression
+from tfring.process_sets import global_process_set
 
 # Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
 Average = 0
@@ -60,6 +61,11 @@ def _check_dtype(tensor, allowed, what, name):
                         f"'{name}'). Supported dtypes: {names}.")
 
 
+def _device(device):
+    """Horovod's device_dense / device_sparse: where the op is placed ('' leaves it to TF)."""
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def _resolve_op(average, op):
     if average is not None:
         if op is not None:
@@ -91,72 +97,109 @@ def _set_size(process_set):
 
 
 @_clean_eager_errors
-def allreduce(tensor, average=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              name=None, process_set=global_process_set):
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
     """Reduces a tensor over all ranks; every rank gets the result.
 
     Args:
         tensor: a tf.Tensor, variable, or array-like; or a tf.IndexedSlices, whose values and
-            indices are then allgathered (values divided by size() for Average).
+            indices are then allgathered (values divided by the set's size for Average).
         average: deprecated alias: True for op=Average, False for op=Sum.
+        device_dense, device_sparse: the device for dense / IndexedSlices reductions
+            ('' lets TensorFlow place them).
+        compression: tfring.Compression.none or .fp16 (what travels on the wire).
         op: tfring.Average (default), Sum, Min, Max or Product. Average of an integer
             tensor is the floor of the mean.
         prescale_factor: multiplies the input before the reduction (floating point only).
         postscale_factor: multiplies the result (floating point only).
         name: the name that pairs this tensor across ranks (see tfring.naming).
         process_set: the ranks that take part (tfring.ProcessSet); default all.
+        ignore_name_scope: in a graph, leave the name scope out of the derived name.
 
     Returns:
-        A tensor of the same shape and dtype.
+        A tensor of the same shape and dtype (a tf.IndexedSlices for one).
 
     Example:
         >>> total = tfring.allreduce(tf.constant([1.0, 2.0]), op=tfring.Sum, name="x")
     """
     op = _resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_indexed_slices(tensor, op, name, process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    tensor_name, cacheable = naming.tensor_name("allreduce", name)
-    _check_dtype(tensor, _REDUCIBLE, "allreduce", tensor_name)
-    return _library.ops().tfring_allreduce(
-        tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
-        **process_set._op_kwargs("tfring.allreduce"))
+        with _device(device_sparse):
+            return _allreduce_indexed_slices(tensor, op, name, process_set, ignore_name_scope)
+    with _device(device_dense):
+        tensor = tf.convert_to_tensor(tensor)
+        sent, ctx = compression.compress(tensor)
+        naming_ = naming.op_naming("allreduce", name, sent, ignore_name_scope)
+        _check_dtype(sent, _REDUCIBLE, "allreduce", naming_.display)
+        reduced = _library.ops().tfring_allreduce(
+            sent, reduce_op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
+            call_site=naming_.call_site, cacheable=naming_.cacheable,
+            eager=tf.executing_eagerly(), name=naming_.op_name,
+            **process_set._op_kwargs("tfring.allreduce"))
+        return compression.decompress(reduced, ctx)
 
 
-def _allreduce_indexed_slices(slices, op, name, process_set):
+def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):
+    # Horovod's rule and error type: only Sum and Average have a sparse form.
     if op not in (Average, Sum):
-        raise ValueError("allreduce of tf.IndexedSlices supports op=Average and Sum only.")
-    base = name if name is not None else naming.tensor_name("allreduce_sparse")[0]
-    values = allgather(slices.values, name=f"{base}.values", process_set=process_set)
-    indices = allgather(slices.indices, name=f"{base}.indices", process_set=process_set)
+        raise NotImplementedError("allreduce of tf.IndexedSlices supports op=Average and Sum "
+                                  f"only, not op={_OP_NAMES[op]}.")
+    values = allgather(slices.values, name=naming.sub_name(name, "values"),
+                       ignore_name_scope=ignore_name_scope, process_set=process_set)
+    indices = allgather(slices.indices, name=naming.sub_name(name, "indices"),
+                        ignore_name_scope=ignore_name_scope, process_set=process_set)
     if op == Average:
         values = values / tf.cast(_set_size(process_set), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 @_clean_eager_errors
-def grouped_allreduce(tensors, average=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None, process_set=global_process_set):
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """Allreduces a list of tensors submitted together, so they travel fused.
 
-    Args and Returns: as `allreduce`, for each tensor of the list (dtypes may differ).
+    Args and Returns: as `allreduce`, for each tensor of the list (dtypes may differ;
+    tf.IndexedSlices are reduced as `allreduce` does, on their own).
     """
     op = _resolve_op(average, op)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = list(tensors)
     if not tensors:
         return []
-    tensor_name, cacheable = naming.tensor_name("grouped_allreduce", name)
-    for i, t in enumerate(tensors):
-        _check_dtype(t, _REDUCIBLE, "grouped_allreduce", f"{tensor_name}.{i}")
-    return _library.ops().tfring_grouped_allreduce(
-        tensors, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=tensor_name, cacheable=cacheable,
-        eager=tf.executing_eagerly(), **process_set._op_kwargs("tfring.grouped_allreduce"))
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [allreduce(t, op=op, device_dense=device_dense, device_sparse=device_sparse,
+                          compression=compression, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor,
+                          name=naming.sub_name(name, i), process_set=process_set,
+                          ignore_name_scope=ignore_name_scope)
+                for i, t in enumerate(tensors)]
+    with _device(device_dense):
+        compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+        sent = [c[0] for c in compressed]
+        naming_ = naming.op_naming("grouped_allreduce", name, sent, ignore_name_scope)
+        for i, t in enumerate(sent):
+            _check_dtype(t, _REDUCIBLE, "grouped_allreduce", f"{naming_.display}.{i}")
+        reduced = _library.ops().tfring_grouped_allreduce(
+            sent, reduce_op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
+            call_site=naming_.call_site, cacheable=naming_.cacheable,
+            eager=tf.executing_eagerly(), name=naming_.op_name,
+            **process_set._op_kwargs("tfring.grouped_allreduce"))
+        return [compression.decompress(r, c[1]) for r, c in zip(reduced, compressed)]
+
+
+def _check_not_scalar(tensor, what, display):
+    if tensor.shape.rank == 0:
+        raise ValueError(f"{what} needs a tensor of rank >= 1; '{display}' is a scalar. "
+                         "Reshape it to [1] first.")
 
 
 @_clean_eager_errors
-def allgather(tensor, name=None, process_set=global_process_set):
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension, in rank order.
 
     The first dimension may differ between ranks; the others must agree.
@@ -165,18 +208,18 @@ def allgather(tensor, name=None, process_set=global_process_set):
         A tensor whose first dimension is the sum of every rank's.
     """
     tensor = tf.convert_to_tensor(tensor)
-    tensor_name, _ = naming.tensor_name("allgather", name)
-    _check_dtype(tensor, _GATHERABLE, "allgather", tensor_name)
-    if tensor.shape.rank == 0:
-        raise ValueError(f"allgather needs a tensor of rank >= 1; '{tensor_name}' is a scalar. "
-                         "Reshape it to [1] first.")
-    return _library.ops().tfring_allgather(tensor, tensor_name=tensor_name,
-                                           eager=tf.executing_eagerly(),
-                                           **process_set._op_kwargs("tfring.allgather"))
+    naming_ = naming.op_naming("allgather", name, tensor, ignore_name_scope)
+    _check_dtype(tensor, _GATHERABLE, "allgather", naming_.display)
+    _check_not_scalar(tensor, "allgather", naming_.display)
+    return _library.ops().tfring_allgather(
+        tensor, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
+        eager=tf.executing_eagerly(), name=naming_.op_name,
+        **process_set._op_kwargs("tfring.allgather"))
 
 
 @_clean_eager_errors
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
     """Allgathers a list of tensors submitted together, so they travel fused.
 
     Args and Returns: as `allgather`, for each tensor of the list (dtypes may differ).
@@ -184,20 +227,20 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
-    tensor_name, _ = naming.tensor_name("grouped_allgather", name)
+    naming_ = naming.op_naming("grouped_allgather", name, tensors, ignore_name_scope)
     for i, t in enumerate(tensors):
-        _check_dtype(t, _GATHERABLE, "grouped_allgather", f"{tensor_name}.{i}")
-        if t.shape.rank == 0:
-            raise ValueError(f"grouped_allgather needs tensors of rank >= 1; "
-                             f"'{tensor_name}.{i}' is a scalar. Reshape it to [1] first.")
+        _check_dtype(t, _GATHERABLE, "grouped_allgather", f"{naming_.display}.{i}")
+        _check_not_scalar(t, "grouped_allgather", f"{naming_.display}.{i}")
     return _library.ops().tfring_grouped_allgather(
-        tensors, tensor_name=tensor_name, eager=tf.executing_eagerly(),
+        tensors, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
+        eager=tf.executing_eagerly(), name=naming_.op_name,
         **process_set._op_kwargs("tfring.grouped_allgather"))
 
 
 @_clean_eager_errors
-def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
-                  process_set=global_process_set):
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
+                  name=None, process_set=global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
     """Reduces a tensor over all ranks; rank r gets its block of the first dimension.
 
     The first dimension (the same on every rank) is split as evenly as possible, the lower
@@ -209,64 +252,79 @@ def reducescatter(tensor, op=Average, prescale_factor=1.0, postscale_factor=1.0,
         This rank's block of the reduced tensor.
     """
     op = _resolve_op(None, op)
-    tensor = tf.convert_to_tensor(tensor)
-    tensor_name, cacheable = naming.tensor_name("reducescatter", name)
-    _check_dtype(tensor, _REDUCIBLE, "reducescatter", tensor_name)
-    if tensor.shape.rank == 0:
-        raise ValueError(f"reducescatter needs a tensor of rank >= 1; '{tensor_name}' is a "
-                         "scalar. Reshape it to [1] first.")
-    return _library.ops().tfring_reducescatter(
-        tensor, reduce_op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        tensor_name=tensor_name, cacheable=cacheable, eager=tf.executing_eagerly(),
-        **process_set._op_kwargs("tfring.reducescatter"))
+    with _device(device_dense):
+        tensor = tf.convert_to_tensor(tensor)
+        sent, ctx = compression.compress(tensor)
+        naming_ = naming.op_naming("reducescatter", name, sent, ignore_name_scope)
+        _check_dtype(sent, _REDUCIBLE, "reducescatter", naming_.display)
+        _check_not_scalar(sent, "reducescatter", naming_.display)
+        scattered = _library.ops().tfring_reducescatter(
+            sent, reduce_op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
+            call_site=naming_.call_site, cacheable=naming_.cacheable,
+            eager=tf.executing_eagerly(), name=naming_.op_name,
+            **process_set._op_kwargs("tfring.reducescatter"))
+        return compression.decompress(scattered, ctx)
 
 
-def grouped_reducescatter(tensors, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                          name=None, process_set=global_process_set):
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None):
     """`reducescatter` of each tensor of a list (dtypes may differ); returns their blocks.
 
     Submitted together; unlike grouped_allreduce they are not fused into one backend call
     (each block layout differs), but they share the runtime's cycles.
     """
-    base = name if name is not None else naming.tensor_name("grouped_reducescatter")[0]
-    return [reducescatter(t, op=op, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor, name=f"{base}.{i}",
-                          process_set=process_set)
+    return [reducescatter(t, device_dense=device_dense, compression=compression, op=op,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          name=naming.sub_name(name, i), process_set=process_set)
             for i, t in enumerate(tensors)]
 
 
 @_clean_eager_errors
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
     """Sends rows of `tensor` to every rank; returns what every rank sent this one.
 
     Args:
         tensor: rows (first dimension) to scatter; the other dimensions must agree.
         splits: how many rows go to each rank, in rank order (a list or 1-D integer tensor
-            of size() values adding up to the first dimension). None: equal parts, which
-            needs the first dimension to be divisible by size().
+            of one value per rank of the set, adding up to the first dimension). None:
+            equal parts, which needs the first dimension to be divisible by the set's size.
         name: the name that pairs this tensor across ranks.
 
     Returns:
-        (received, received_splits): the rows every rank sent here, in rank order, and how
-        many came from each (int64).
+        With `splits`: (received, received_splits), the rows every rank sent here, in rank
+        order, and how many came from each (int32). Without: `received` alone. As Horovod.
+
+    Raises:
+        tf.errors.InvalidArgumentError: splits that do not fit the tensor or the set, or
+            rows that do not divide evenly when splits is None.
     """
     tensor = tf.convert_to_tensor(tensor)
-    tensor_name, _ = naming.tensor_name("alltoall", name)
-    _check_dtype(tensor, _GATHERABLE, "alltoall", tensor_name)
-    if tensor.shape.rank == 0:
-        raise ValueError(f"alltoall needs a tensor of rank >= 1; '{tensor_name}' is a scalar.")
+    splits_given = splits is not None
     if splits is None:
-        rows = tf.shape(tensor, out_type=tf.int64)[0]
-        size = tf.cast(_set_size(process_set), tf.int64)
-        if tensor.shape[0] is not None and runtime.is_initialized() and \
+        if tensor.shape.rank and tensor.shape[0] is not None and runtime.is_initialized() and \
                 tensor.shape[0] % process_set.size() != 0:
-            raise ValueError(f"alltoall '{tensor_name}': {tensor.shape[0]} rows do not split "
-                             f"evenly over {process_set.size()} ranks; pass splits=")
-        splits = tf.fill([size], rows // size)
-    splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
-    return tuple(_library.ops().tfring_alltoall(
-        tensor, splits, tensor_name=tensor_name, eager=tf.executing_eagerly(),
-        **process_set._op_kwargs("tfring.alltoall")))
+            raise tf.errors.InvalidArgumentError(
+                None, None, f"alltoall: {tensor.shape[0]} rows do not split evenly over "
+                f"{process_set.size()} ranks; pass splits=")
+        rows = tf.shape(tensor, out_type=tf.int64)[:1]
+        size = tf.cast(_set_size(process_set), tf.int64)
+        # Rows unknown until the graph runs that do not divide evenly give splits that do
+        # not add up: the kernel then fails the call with InvalidArgumentError.
+        splits = tf.fill(tf.reshape(size, [1]), rows[0] // size)
+    naming_ = naming.op_naming("alltoall", name, tensor, ignore_name_scope)
+    _check_dtype(tensor, _GATHERABLE, "alltoall", naming_.display)
+    _check_not_scalar(tensor, "alltoall", naming_.display)
+    received, received_splits = _library.ops().tfring_alltoall(
+        tensor, tf.cast(tf.convert_to_tensor(splits), tf.int64),
+        tensor_name=naming_.tensor_name, call_site=naming_.call_site,
+        eager=tf.executing_eagerly(), name=naming_.op_name,
+        **process_set._op_kwargs("tfring.alltoall"))
+    if not splits_given:
+        return received
+    return received, tf.cast(received_splits, tf.int32)
 
 
 @_clean_eager_errors
@@ -276,10 +334,11 @@ def barrier(name=None, process_set=global_process_set):
     Returns None, except in a TF1 graph, where it returns the op to run (inside tf.function
     the op runs in program order by itself).
     """
-    tensor_name, cacheable = naming.tensor_name("barrier", name)
-    op = _library.ops().tfring_barrier(tensor_name=tensor_name, cacheable=cacheable,
-                                       eager=tf.executing_eagerly(),
-                                       **process_set._op_kwargs("tfring.barrier"))
+    naming_ = naming.op_naming("barrier", name)
+    op = _library.ops().tfring_barrier(
+        tensor_name=naming_.tensor_name, call_site=naming_.call_site,
+        cacheable=naming_.cacheable, eager=tf.executing_eagerly(), name=naming_.op_name,
+        **process_set._op_kwargs("tfring.barrier"))
     return None if tf.executing_eagerly() or tf.inside_function() else op
 
 
@@ -304,156 +363,16 @@ def join():
 
 
 @_clean_eager_errors
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
     """Returns root_rank's value of `tensor` on every rank (of the process set; root_rank is
     a global rank, a member of the set)."""
     tensor = tf.convert_to_tensor(tensor)
-    tensor_name, cacheable = naming.tensor_name("broadcast", name)
-    _check_dtype(tensor, _GATHERABLE, "broadcast", tensor_name)
+    naming_ = naming.op_naming("broadcast", name, tensor, ignore_name_scope)
+    _check_dtype(tensor, _GATHERABLE, "broadcast", naming_.display)
     _check_root(root_rank, process_set)
-    return _library.ops().tfring_broadcast(tensor, root_rank=root_rank, tensor_name=tensor_name,
-                                           cacheable=cacheable, eager=tf.executing_eagerly(),
-                                           **process_set._op_kwargs("tfring.broadcast"))
-
-
-def broadcast_variables(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns root_rank's values to `variables` on every rank.
-
-    In eager mode the assignment happens now; in a graph it returns the grouped assign op.
-    """
-    _check_root(root_rank, process_set)
-    base = name if name is not None else naming.tensor_name("broadcast_variables")[0]
-    assigns = [v.assign(broadcast(v, root_rank, name=f"{base}.{i}", process_set=process_set))
-               for i, v in enumerate(variables)]
-    return None if tf.executing_eagerly() else tf.group(*assigns)
-
-
-def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """In place: every variable of `variables` (one, or a list) takes root_rank's value.
-
-    Horovod's `broadcast_`. Returns the variables (the same objects), so it composes:
-    `v = tfring.broadcast_(v, 0)`. In a graph, run the returned variables' assignments
-    through their `.op`s or read them under a control dependency, as with any assign.
-    """
-    single = isinstance(variables, tf.Variable)
-    listed = [variables] if single else list(variables)
-    for v in listed:
-        if not isinstance(v, tf.Variable):
-            raise TypeError(f"broadcast_ works in place on tf.Variable objects; got "
-                            f"{type(v).__name__}. Use tfring.broadcast for tensors.")
-    base = name if name is not None else naming.tensor_name("broadcast_")[0]
-    _check_root(root_rank, process_set)
-    for i, v in enumerate(listed):
-        v.assign(broadcast(v, root_rank, name=f"{base}.{i}", process_set=process_set))
-    return variables
-
-
-def allgather_object(obj, name=None):
-    """Returns the list of every rank's picklable `obj`, in rank order (eager mode)."""
-    base = name if name is not None else naming.tensor_name("allgather_object")[0]
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = allgather(tf.constant([payload.size], dtype=tf.int64), name=f"{base}.sizes").numpy()
-    data = allgather(tf.constant(payload), name=f"{base}.data").numpy()
-    out, offset = [], 0
-    for n in sizes:
-        out.append(pickle.loads(data[offset:offset + n].tobytes()))
-        offset += n
-    return out
-
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's picklable `obj` on every rank (eager mode)."""
-    _check_root(root_rank)
-    base = name if name is not None else naming.tensor_name("broadcast_object")[0]
-    is_root = runtime.rank() == root_rank
-    payload = np.frombuffer(pickle.dumps(obj) if is_root else b"", dtype=np.uint8)
-    size = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
-                     name=f"{base}.size").numpy()[0]
-    if not is_root:
-        payload = np.zeros(size, dtype=np.uint8)
-    data = broadcast(tf.constant(payload), root_rank, name=f"{base}.data").numpy()
-    return pickle.loads(data.tobytes())
-
-
-# Gradients. Each names its collectives through tfring.naming, like any other call.
-
-def _differentiable_op(op, what):
-    """The reduce op of a reducing op's node; only Average and Sum have a gradient."""
-    reduce_op = op.get_attr("reduce_op")
-    if reduce_op not in (Average, Sum):
-        raise ValueError(f"tfring.{what} has a gradient for op=Average and Sum only, "
-                         f"not op={_OP_NAMES[reduce_op]}.")
-    return reduce_op
-
-
-@tf.RegisterGradient("TfringAllreduce")
-def _allreduce_grad(op, grad):
-    reduce_op = _differentiable_op(op, "allreduce")
-    return allreduce(grad, op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
-                     postscale_factor=op.get_attr("postscale_factor"),
-                     process_set=from_attr(op.get_attr("process_set")))
-
-
-@tf.RegisterGradient("TfringGroupedAllreduce")
-def _grouped_allreduce_grad(op, *grads):
-    reduce_op = _differentiable_op(op, "grouped_allreduce")
-    return grouped_allreduce(list(grads), op=reduce_op,
-                             prescale_factor=op.get_attr("prescale_factor"),
-                             postscale_factor=op.get_attr("postscale_factor"),
-                             process_set=from_attr(op.get_attr("process_set")))
-
-
-def _gathered_input_grad(my_input, grad, process_set):
-    # d(loss)/d(my rows) = the sum over ranks of their upstream gradient for my rows.
-    grad = allreduce(grad, op=Sum, process_set=process_set)
-    my_rows = tf.shape(my_input, out_type=tf.int64)[:1]
-    rows = allgather(my_rows, process_set=process_set)
-    if process_set is global_process_set:
-        rank = tf.cast(runtime.rank_op(), tf.int64)
-    else:
-        rank = tf.constant(process_set.rank(), tf.int64)
-    start = tf.reduce_sum(rows[:rank])
-    begin = tf.concat([[start], tf.zeros_like(tf.shape(grad, out_type=tf.int64)[1:])], 0)
-    return tf.slice(grad, begin, tf.shape(my_input, out_type=tf.int64))
-
-
-@tf.RegisterGradient("TfringAllgather")
-def _allgather_grad(op, grad):
-    return _gathered_input_grad(op.inputs[0], grad, from_attr(op.get_attr("process_set")))
-
-
-@tf.RegisterGradient("TfringGroupedAllgather")
-def _grouped_allgather_grad(op, *grads):
-    process_set = from_attr(op.get_attr("process_set"))
-    return [_gathered_input_grad(x, g, process_set) for x, g in zip(op.inputs, grads)]
-
-
-@tf.RegisterGradient("TfringReducescatter")
-def _reducescatter_grad(op, grad):
-    # out_r = f * op(x_0, ..., x_n)[block r]; for Sum and Average each x_q[block r] gets
-    # f * grad_r (f: the scale factors, and 1/size for Average): gather every rank's block.
-    reduce_op = _differentiable_op(op, "reducescatter")
-    process_set = from_attr(op.get_attr("process_set"))
-    gathered = allgather(grad, process_set=process_set)
-    factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == Average:
-        return gathered * tf.cast(factor, gathered.dtype) / tf.cast(_set_size(process_set),
-                                                                     gathered.dtype)
-    return gathered * tf.cast(factor, gathered.dtype) if factor != 1.0 else gathered
-
-
-@tf.RegisterGradient("TfringAlltoall")
-def _alltoall_grad(op, grad, _received_splits_grad):
-    # The rows I received from rank q came from q's rows sent to me: send the gradient back
-    # the same way, with the received splits as the splits.
-    back, _ = alltoall(grad, splits=op.outputs[1],
-                       process_set=from_attr(op.get_attr("process_set")))
-    return back, None
-
-
-@tf.RegisterGradient("TfringBroadcast")
-def _broadcast_grad(op, grad):
-    # Every rank's output is the root's input: the root's gradient is the sum over ranks.
-    summed = allreduce(grad, op=Sum, process_set=from_attr(op.get_attr("process_set")))
-    is_root = tf.equal(runtime.rank_op(), op.get_attr("root_rank"))
-    return summed * tf.cast(is_root, summed.dtype)
+    return _library.ops().tfring_broadcast(
+        tensor, root_rank=root_rank, tensor_name=naming_.tensor_name,
+        call_site=naming_.call_site, cacheable=naming_.cacheable,
+        eager=tf.executing_eagerly(), name=naming_.op_name,
+        **process_set._op_kwargs("tfring.broadcast"))

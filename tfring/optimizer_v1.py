@@ -12,7 +12,7 @@ gone there); the hook here is a tf.compat.v1.train.SessionRunHook.
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives
+from tfring import _accumulation, _gradients, collectives, functions
 from tfring.compression import Compression
 
 
@@ -100,7 +100,7 @@ def broadcast_global_variables(root_rank):
     if tf.executing_eagerly():
         raise RuntimeError("tfring.broadcast_global_variables is for TF1 graphs; in eager mode "
                            "use tfring.broadcast_variables(model.variables, root_rank).")
-    return collectives.broadcast_variables(tf.compat.v1.global_variables(), root_rank,
+    return functions.broadcast_variables(tf.compat.v1.global_variables(), root_rank,
                                            name="broadcast_global_variables")
 
 

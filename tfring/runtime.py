@@ -11,34 +11,60 @@ _INIT_ERRORS = {1: ValueError, 2: RuntimeError, 3: RuntimeError, 4: TimeoutError
 _atexit_registered = False
 
 
-def init(process_sets=None):
+def init(comm=None, process_sets=None):
     """Starts tfring in this process: MPI (unless already initialized) and the background thread.
 
-    Call once per process, before any collective; calling it again is harmless. Every rank of
-    the job must call it. Settings are read from the environment (TFRING_* variables, see
-    README) at this moment.
+    Call once per process, before any collective; calling it again while running is
+    harmless. Every rank of the job must call it. Settings are read from the environment
+    (TFRING_* variables, see README) at this moment.
 
     Args:
-        process_sets: Horovod's static process sets (tfring.ProcessSet objects); checked
-            against the job's size. tfring needs no registration: any ProcessSet works.
+        comm: which processes make up tfring's job, as Horovod's: None for all of
+            MPI_COMM_WORLD; a list of MPI_COMM_WORLD ranks (every listed process calls init
+            with the same list; its tfring rank is its position in the list); or an mpi4py
+            communicator, which tfring duplicates, so the script's own messages on it never
+            meet tfring's.
+        process_sets: Horovod's static process sets (tfring.ProcessSet objects), checked
+            against the job's size, or "dynamic". tfring needs no registration: any
+            ProcessSet works in any op.
 
     Raises:
-        RuntimeError: MPI could not be initialized, or a setting is malformed (ValueError).
+        ValueError: a bad `comm` (a rank that MPI_COMM_WORLD lacks, this process not in the
+            list) or a malformed setting.
+        RuntimeError: MPI could not be initialized.
     """
     global _atexit_registered
     lib = _library.capi()
+    kind, ranks, handle = _world_choice(comm)
     error = ctypes.create_string_buffer(2048)
-    code = lib.tfring_init(error, len(error))
+    code = lib.tfring_init(kind, (ctypes.c_int32 * max(1, len(ranks)))(*ranks), len(ranks),
+                           handle, error, len(error))
     if code != 0:
         raise _INIT_ERRORS.get(code, RuntimeError)(f"tfring.init() failed: {error.value.decode()}")
     if not _atexit_registered:
         # Finalize MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
         atexit.register(lib.tfring_atexit)
         _atexit_registered = True
-    if process_sets:
+    if process_sets and process_sets != "dynamic":
         from tfring.process_sets import add_process_set
         for ps in process_sets:
             add_process_set(ps)
+
+
+def _world_choice(comm):
+    """(kind, ranks, Fortran handle) for the C API's tfring_init (c_api.cc)."""
+    if comm is None:
+        return 0, [], 0
+    if isinstance(comm, (list, tuple)):
+        ranks = [int(r) for r in comm]
+        if not ranks or len(set(ranks)) != len(ranks):
+            raise ValueError(f"init(comm=...): a list of distinct MPI_COMM_WORLD ranks is "
+                             f"needed; got {list(comm)}")
+        return 1, ranks, 0
+    if hasattr(comm, "py2f"):  # an mpi4py communicator
+        return 2, [], int(comm.py2f())
+    raise TypeError(f"init(comm=...) takes None, a list of ranks or an mpi4py communicator; "
+                    f"got {type(comm).__name__}")
 
 
 def shutdown():
@@ -158,3 +184,46 @@ def local_size_op(name=None):
 def local_rank_op(name=None):
     """A graph op whose value is `local_rank()` when the graph runs."""
     return _library.ops().tfring_local_rank(name=name)
+
+
+# What this build has, by Horovod's names. tfring always talks MPI (host tensors) and, where
+# built with NCCL, NCCL for CUDA GPU tensors; it has no Gloo, oneCCL, DDL or ROCm path.
+
+def mpi_enabled():
+    """Whether MPI carries tfring's collectives: always, in this build."""
+    return mpi_built()
+
+
+def cuda_built():
+    """Whether the CUDA (GPU) path was compiled: the NCCL executor needs it."""
+    return nccl_built()
+
+
+def gloo_built():
+    """Gloo is not built: tfring's collectives go through MPI (and NCCL)."""
+    return False
+
+
+def gloo_enabled():
+    """Gloo is never in use: tfring's collectives go through MPI (and NCCL)."""
+    return False
+
+
+def ccl_built():
+    """oneCCL is not built into tfring."""
+    return False
+
+
+def ddl_built():
+    """IBM DDL is not built into tfring."""
+    return False
+
+
+def rocm_built():
+    """ROCm (AMD GPUs) is not built into tfring."""
+    return False
+
+
+def is_homogeneous():
+    """Whether every host runs the same number of ranks (Horovod's definition)."""
+    return size() == local_size() * cross_size()

@@ -53,7 +53,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 int main(int argc, char** argv) {
   ProcessLayout layout;
-  Check(MpiContext::Initialize(&layout).ok(), "MPI init");
+  Check(MpiContext::Initialize(WorldChoice(), &layout).ok(), "MPI init");
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 64;
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 50;
   const std::string why = CudaUnavailableReason();

@@ -222,7 +222,7 @@ TFRING_TEST(CoordinatorInproc, CachedNameChangedOnOneRankIsAMismatch) {
       const int64_t n = rank == 0 ? 7 : 4;
       OpPtr p = SubmitAllreduce(job.rank(rank), "c", DataType::kFloat32, {n},
                                 TestValues(DataType::kFloat32, rank, n), ReduceOp::kSum);
-      ExpectFailure(p, StatusCode::kInvalidArgument,
+      ExpectFailure(p, StatusCode::kFailedPrecondition,
                     "Mismatched shapes for tensor 'c': rank 0 sent [7], rank 1 sent [4]");
       OpPtr again = SubmitAllreduce(job.rank(rank), "c", DataType::kFloat32, {4},
                                     TestValues(DataType::kFloat32, rank, 4, 5), ReduceOp::kSum);
@@ -271,12 +271,12 @@ TFRING_TEST(CoordinatorInproc, MismatchesFailOnEveryRank) {
       OpPtr dtype = SubmitAllreduce(c, "y", dt, {2}, TestValues(dt, rank, 2), ReduceOp::kSum);
       OpPtr root = SubmitBroadcast(c, "b", DataType::kInt32, {2},
                                    TestValues(DataType::kInt32, rank, 2), rank == odd ? 1 : 0);
-      ExpectFailure(shape, StatusCode::kInvalidArgument,
+      ExpectFailure(shape, StatusCode::kFailedPrecondition,
                     "Mismatched shapes for tensor 'x': rank 0 sent [2], rank " + r + " sent [3]");
-      ExpectFailure(dtype, StatusCode::kInvalidArgument,
+      ExpectFailure(dtype, StatusCode::kFailedPrecondition,
                     "Mismatched data types for tensor 'y': rank 0 sent float32, rank " + r +
                         " sent float64");
-      ExpectFailure(root, StatusCode::kInvalidArgument,
+      ExpectFailure(root, StatusCode::kFailedPrecondition,
                     "Mismatched root ranks for tensor 'b': rank 0 sent root_rank=0, rank " + r +
                         " sent root_rank=1");
       // The job goes on: a good op after the failures works.

@@ -122,7 +122,7 @@ TFRING_TEST(DevicePath, HostOnOneRankGpuOnAnotherIsAMismatch) {
       const Placement where = rank == odd ? Placement{} : kOnGpu0;
       OpPtr p = SubmitAllreduce(job.rank(rank), "where", DataType::kFloat32, {2},
                                 TestValues(DataType::kFloat32, rank, 2), ReduceOp::kSum, where);
-      ExpectFailure(p, StatusCode::kInvalidArgument,
+      ExpectFailure(p, StatusCode::kFailedPrecondition,
                     "Mismatched devices for tensor 'where': rank 0 sent GPU, rank " +
                         std::to_string(odd) + " sent CPU");
       // Host and GPU tensors with the same dtype and op are never fused together.

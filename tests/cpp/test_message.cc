@@ -22,6 +22,7 @@ std::vector<Request> SampleRequests() {
   b.root_rank = 2;
   b.shape = {};  // a scalar
   b.cacheable = false;
+  b.call_site = "train.py:42";
   Request c;
   c.name = "";
   c.kind = CollectiveKind::kAllgather;
@@ -35,7 +36,10 @@ TFRING_TEST(Message, RequestsRoundTrip) {
   std::vector<Request> out;
   ASSERT_TRUE(DecodeRequests(EncodeRequests(in), &out).ok());
   ASSERT_EQ(out.size(), in.size());
-  for (size_t i = 0; i < in.size(); ++i) EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
+    EXPECT_EQ(out[i].call_site, in[i].call_site);
+  }
   ASSERT_TRUE(DecodeRequests(EncodeRequests({}), &out).ok());
   EXPECT_TRUE(out.empty());
 }

@@ -39,7 +39,7 @@ void Die(const Status& s) {
 class MpiEnvironment : public Environment {
  public:
   void SetUp() override {
-    Status s = MpiContext::Initialize(&g_layout);
+    Status s = MpiContext::Initialize(WorldChoice(), &g_layout);
     if (!s.ok()) Die(s);
     SetLogRank(g_layout.rank);
     if (!MpiContext::threads_supported()) {
@@ -213,7 +213,7 @@ TFRING_TEST(MpiRuntime, ShapeMismatchFailsOnEveryRank) {
   const int64_t n = Rank() == odd ? 3 : 2;
   OpPtr p = SubmitAllreduce(C(), "mismatch", DataType::kFloat32, {n},
                             TestValues(DataType::kFloat32, Rank(), n), ReduceOp::kSum);
-  ExpectFailure(p, StatusCode::kInvalidArgument,
+  ExpectFailure(p, StatusCode::kFailedPrecondition,
                 "Mismatched shapes for tensor 'mismatch': rank 0 sent [2], rank " +
                     std::to_string(odd) + " sent [3]");
   // The job goes on.

@@ -70,7 +70,7 @@ std::unique_ptr<Coordinator> g_flat, g_hierarchical;
 class NcclEnvironment : public Environment {
  public:
   void SetUp() override {
-    Status s = MpiContext::Initialize(&g_layout);
+    Status s = MpiContext::Initialize(WorldChoice(), &g_layout);
     if (!s.ok()) Die(s);
     SetLogRank(g_layout.rank);
     std::string skip = CudaUnavailableReason();

@@ -77,6 +77,24 @@ TFRING_TEST(Negotiator, ResponseCarriesTheRequest) {
   EXPECT_FALSE(NegotiateOne({b, a}).cacheable) << "one uncacheable rank makes it uncacheable";
 }
 
+TFRING_TEST(Negotiator, DriftedUnnamedCallsNameEachRanksCall) {
+  // Unnamed eager calls pair by order: a mismatch between them says where each was made.
+  Request a = Allreduce("unnamed.7");
+  a.call_site = "train.py:52";
+  Request b = Allreduce("unnamed.7", {4});
+  b.call_site = "train.py:40";
+  const Response r = NegotiateOne({a, b});
+  EXPECT_CONTAINS(r.error, "Mismatched shapes for tensor 'unnamed.7'");
+  EXPECT_CONTAINS(r.error, "Rank 0 made this call at train.py:52, rank 1 at train.py:40");
+  EXPECT_CONTAINS(r.error, "drifted apart");
+  // Different lines that agree pair (a rank-dependent branch): no error.
+  b.shape = a.shape;
+  EXPECT_TRUE(NegotiateOne({a, b}).ok());
+  // Named ops carry no call site, and their messages say nothing of drift.
+  Request c = Allreduce("w"), d = Allreduce("w", {4});
+  EXPECT_FALSE(NegotiateOne({c, d}).error.find("drifted") != std::string::npos);
+}
+
 TFRING_TEST(Negotiator, ValidationMessagesNameTensorRanksAndValues) {
   Request base = Allreduce("grad/dense_1", {17, 3});
   Request other = base;

@@ -21,7 +21,7 @@ def mismatch():
     try:
         tfring.allreduce(tf.zeros([2 + tfring.rank(), 3]), name="grad/dense_1")
         say("no error")
-    except tf.errors.InvalidArgumentError as e:
+    except tf.errors.FailedPreconditionError as e:
         say(f"caught {e.message}")
     # The runtime is still usable afterwards.
     say(f"after {tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name='after').numpy()[0]}")
@@ -57,6 +57,20 @@ def never_submits():
             say("no error")
         except tf.errors.AbortedError as e:
             say(f"caught {e.message}")
+
+
+def extra_unnamed_call():
+    # Rank 0 makes one unnamed eager call more than rank 1, which goes on to a named op: the
+    # stall report (and the error every rank gets) says where rank 0 made its call.
+    tfring.allreduce(tf.constant([1.0]))
+    try:
+        if tfring.rank() == 0:
+            tfring.allreduce(tf.constant([2.0]))  # the extra call
+        else:
+            tfring.allreduce(tf.constant([3.0]), name="named_elsewhere")
+        say("no error")
+    except tf.errors.AbortedError as e:
+        say(f"caught {e.message}")
 
 
 def peer_timeout():

@@ -52,6 +52,16 @@ def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():
     assert "rank 1: caught tfring stopped because tensors stalled" in out, out
 
 
+def test_stall_of_an_unnamed_call_names_where_it_was_made():
+    rc, out, elapsed = run_scenario("extra_unnamed_call", env={
+        "TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "3"})
+    assert rc == 0, out
+    assert elapsed < 60, out
+    assert "'unnamed.1' (an unnamed call at scenarios.py:" in out, out
+    assert "rank 0: caught tfring stopped because tensors stalled" in out, out
+    assert "rank 1: caught tfring stopped because tensors stalled" in out, out
+
+
 def test_unresponsive_peer_is_detected_by_peer_timeout():
     rc, out, elapsed = run_scenario("peer_timeout", env={"TFRING_PEER_TIMEOUT_SECONDS": "3"})
     assert rc != 0, out

@@ -34,10 +34,16 @@ def test_alltoall_uneven_splits(dtype, mode, rank, size):
 
 def test_alltoall_equal_split_by_default(rank, size):
     x = tf.reshape(tf.range(2 * size, dtype=tf.float32) + 100 * rank, [2 * size, 1])
-    got, received = tfring.alltoall(x, name="a2a.equal")
+    got = tfring.alltoall(x, name="a2a.equal")  # without splits: the rows alone, as Horovod
     want = np.concatenate([np.arange(2 * rank, 2 * rank + 2) + 100 * q for q in range(size)])
     np.testing.assert_array_equal(got.numpy()[:, 0], want)
-    np.testing.assert_array_equal(received.numpy(), [2] * size)
+
+
+def test_alltoall_received_splits_are_int32_and_concatenate(rank, size):
+    got, received = tfring.alltoall(tf.ones([size, 2]), splits=[1] * size, name="a2a.i32")
+    assert received.dtype == tf.int32
+    both = tf.concat([received, tf.shape(got)], 0)  # Horovod-style code mixes the two
+    np.testing.assert_array_equal(both.numpy(), [1] * size + [size, 2])
 
 
 def test_alltoall_gradient_goes_back_to_the_sender(rank, size):
@@ -58,5 +64,5 @@ def test_alltoall_errors(rank, size):
         tfring.alltoall(tf.ones([4]), splits=[1] + [0] * (size - 1), name="a2a.badsum")
     with pytest.raises(tf.errors.InvalidArgumentError, match="one row count per rank"):
         tfring.alltoall(tf.ones([4]), splits=[4] * (size + 1), name="a2a.badlen")
-    with pytest.raises(ValueError, match="do not split evenly"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="do not split evenly"):
         tfring.alltoall(tf.ones([size + 1]), name="a2a.uneven")

@@ -9,7 +9,7 @@ import tfring
 
 def test_shape_mismatch_raises_on_every_rank(rank, size):
     x = tf.zeros([2 + rank])
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched shapes for tensor 'bad_shape': rank 0 sent \[2\], "
                              r"rank 1 sent \[3\]"):
         tfring.allreduce(x, name="bad_shape")
@@ -20,14 +20,14 @@ def test_shape_mismatch_inside_function(rank, size):
     def f():
         return tfring.allreduce(tf.zeros([2, 1 + rank]), name="bad_shape_fn")
 
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"'bad_shape_fn': rank 0 sent \[2,1\], rank 1 sent \[2,2\]"):
         f()
 
 
 def test_dtype_mismatch(rank, size):
     x = tf.zeros([2], dtype=tf.float32 if rank == 0 else tf.int32)
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched data types for tensor 'bad_dtype': rank 0 sent "
                              r"float32, rank 1 sent int32"):
         tfring.allreduce(x, name="bad_dtype")
@@ -35,28 +35,28 @@ def test_dtype_mismatch(rank, size):
 
 def test_reduce_op_mismatch(rank, size):
     op = tfring.Sum if rank == 0 else tfring.Max
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched reduce ops for tensor 'bad_op': rank 0 sent Sum, "
                              r"rank 1 sent Max"):
         tfring.allreduce(tf.zeros([2]), op=op, name="bad_op")
 
 
 def test_root_rank_mismatch(rank, size):
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched root ranks for tensor 'bad_root': rank 0 sent "
                              r"root_rank=0, rank 1 sent root_rank=1"):
         tfring.broadcast(tf.zeros([2]), root_rank=rank, name="bad_root")
 
 
 def test_allgather_trailing_dimension_mismatch(rank, size):
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"'bad_gather': rank 0 sent \[1,2\], rank 1 sent \[1,3\].*"
                              r"every dimension but the first"):
         tfring.allgather(tf.zeros([1, 2 + rank]), name="bad_gather")
 
 
 def test_collective_kind_mismatch(rank, size):
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched collectives for tensor 'bad_kind': rank 0 sent "
                              r"allreduce, rank 1 sent broadcast"):
         if rank == 0:

@@ -70,8 +70,9 @@ def test_reducescatter_gradient(op_name, rank, size):
                                    name=f"rs.grad.{op_name}")
         loss = tf.reduce_sum(out * 2.0)  # every rank: 2 * its block
     grad = tape.gradient(loss, x).numpy()
-    # d(sum over ranks of their losses)/dx: every row appears in exactly one rank's block.
-    want = 2.0 * 3.0 / (size if op_name == "Average" else 1)
+    # Horovod's definition: every rank's block gathered, times size for Sum (and times the
+    # scale factor): 2 * 3 for Average, 2 * 3 * size for Sum.
+    want = 2.0 * 3.0 * (size if op_name == "Sum" else 1)
     np.testing.assert_allclose(grad, np.full((5, 2), want), rtol=1e-6)
 
 
@@ -79,6 +80,6 @@ def test_reducescatter_errors(rank, size):
     with pytest.raises(ValueError, match="'rs.scalar' is a scalar"):
         tfring.reducescatter(tf.constant(1.0), name="rs.scalar")
     rows = 4 if rank == 0 else 5
-    with pytest.raises(tf.errors.InvalidArgumentError,
+    with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched shapes for tensor 'rs.mismatch': rank 0 sent \[4\]"):
         tfring.reducescatter(tf.ones([rows]), name="rs.mismatch")

@@ -117,16 +117,6 @@ def test_integer_average_is_floor_of_mean():
     np.testing.assert_array_equal(got, [-3, 3])
 
 
-def test_auto_names_are_deterministic_and_cacheable_only_in_graphs():
-    from tfring import naming
-    a, cache_a = naming.tensor_name("unit_kind")
-    b, _ = naming.tensor_name("unit_kind")
-    assert (a, b) == ("unit_kind.0", "unit_kind.1") and cache_a is False
-    assert naming.tensor_name("unit_kind", name="given") == ("given", True)
-    with tf.Graph().as_default():
-        assert naming.tensor_name("unit_kind")[1] is True
-
-
 def test_shutdown_then_init_again():
     tfring.init()
     tfring.shutdown()
@@ -135,3 +125,29 @@ def test_shutdown_then_init_again():
         tfring.allreduce(tf.constant([1.0]), name="after_shutdown")
     tfring.init()
     assert tfring.allreduce(tf.constant([5.0]), name="after_reinit").numpy()[0] == 5.0
+
+
+def test_horovod_build_and_helper_names():
+    assert tfring.mpi_built() and tfring.mpi_enabled()
+    assert tfring.cuda_built() == tfring.nccl_built()
+    for name in ("gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built"):
+        assert getattr(tfring, name)() is False
+    tfring.init()
+    assert tfring.is_homogeneous()
+    assert tfring.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    v = tf.Variable(1.0)
+    assert tfring.refs_to_vars(tfring.vars_to_refs([v]))[0] is v
+    assert tfring.handle_average_backwards_compatibility(None, False) == tfring.Sum
+    assert [tfring.check_num_rank_power_of_2(n) for n in (0, 1, 3, 4)] == \
+        [False, True, False, True]
+
+
+def test_alltoall_and_indexed_slices_follow_horovod():
+    tfring.init()
+    got = tfring.alltoall(tf.constant([[1.0], [2.0]]))  # no splits: the rows alone
+    assert got.shape == (2, 1)
+    slices = tf.IndexedSlices(tf.ones([2, 3]), tf.constant([0, 4]))  # no dense_shape
+    out = tfring.allreduce(slices, op=tfring.Sum)
+    assert isinstance(out, tf.IndexedSlices) and out.dense_shape is None
+    with pytest.raises(NotImplementedError, match="IndexedSlices"):
+        tfring.allreduce(slices, op=tfring.Max)

@@ -47,7 +47,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from tfring import collectives, runtime
+from tfring import collectives, functions, runtime
 from tfring.keras import _values, _xla
 
 # Resolved now: Keras 3 normally, tf_keras when TF_USE_LEGACY_KERAS=1 was set before import.
@@ -147,8 +147,8 @@ def _end_epoch_together(model):
         warnings.warn(f"tfring: ranks ran {counts.tolist()} steps this epoch (uneven data); "
                       f"the ranks that ran out of data joined, and every rank continues from "
                       f"rank {root}'s weights and optimizer state.", stacklevel=2)
-    collectives.broadcast_variables(model.variables, root, name="tfring.keras.epoch_end.model")
-    collectives.broadcast_variables(_optimizer_variables(model.optimizer), root,
+    functions.broadcast_variables(model.variables, root, name="tfring.keras.epoch_end.model")
+    functions.broadcast_variables(_optimizer_variables(model.optimizer), root,
                                     name="tfring.keras.epoch_end.optimizer")
 
 
@@ -240,12 +240,12 @@ class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback
         device = tf.device(self.device) if self.device else contextlib.nullcontext()
         with device:
             if model and self._model_pending:
-                collectives.broadcast_variables(
+                functions.broadcast_variables(
                     self.model.variables, self.root_rank,
                     name="BroadcastGlobalVariablesCallback.model")
                 self._model_pending = False
             if optimizer and self._optimizer_pending:
-                collectives.broadcast_variables(
+                functions.broadcast_variables(
                     _optimizer_variables(self.model.optimizer), self.root_rank,
                     name="BroadcastGlobalVariablesCallback.optimizer")
                 self._optimizer_pending = False

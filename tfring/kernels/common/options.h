@@ -14,7 +14,7 @@
 //                                                          are fused; eager ops never wait; 0: off
 //   TFRING_CACHE_CAPACITY               entries  1024      response cache size; 0 disables it
 //   TFRING_STALL_CHECK_TIME_SECONDS     s        60        warn about tensors some ranks lack; 0: off
-//   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        0         fail stalled ops after this; 0: never
+//   TFRING_STALL_SHUTDOWN_TIME_SECONDS  s        600       fail every op and stop after a stall this long; 0: never
 //   TFRING_PEER_TIMEOUT_SECONDS         s        30        a peer silent this long is lost
 //   TFRING_LOG_LEVEL                    -        warning   trace, debug, info, warning, error
 //   TFRING_TIMELINE                     path     (none)    rank 0 writes a Chrome-trace timeline there
@@ -48,7 +48,7 @@ struct Options {
   double batch_gap_us = 50.0;
   int64_t cache_capacity = 1024;
   double stall_check_time_seconds = 60.0;
-  double stall_shutdown_time_seconds = 0.0;
+  double stall_shutdown_time_seconds = 600.0;
   double peer_timeout_seconds = 30.0;
   LogLevel log_level = LogLevel::kWarning;
   bool autotune = false;

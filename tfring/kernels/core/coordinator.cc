@@ -528,6 +528,21 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   return Status::OK();
 }
 
+namespace {
+
+// What the stall warning says will happen next.
+std::string StallShutdownNote(double shutdown_seconds) {
+  if (shutdown_seconds <= 0) {
+    return "TFRING_STALL_SHUTDOWN_TIME_SECONDS=0: they will wait for ever.";
+  }
+  return "If they are still stalled after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
+         std::to_string(static_cast<int64_t>(shutdown_seconds)) +
+         " s, every rank fails its ops and tfring stops (raise it, or 0 to wait for ever, when "
+         "one rank legitimately works alone that long).";
+}
+
+}  // namespace
+
 void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
   if (options_.stall_shutdown_time_seconds > 0 &&
       !negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now).empty()) {
@@ -545,7 +560,7 @@ void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
                           "not for more than "
                        << options_.stall_check_time_seconds << " s: " << DescribeStalled(stalled)
                        << ". Ranks may be running different code paths or one may be hung. "
-                          "Set TFRING_STALL_SHUTDOWN_TIME_SECONDS to fail such ops instead.";
+                       << StallShutdownNote(options_.stall_shutdown_time_seconds);
 }
 
 void Coordinator::Finish(const std::string& name, const Status& status) {
@@ -660,7 +675,8 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     auto it = table_.find(r.name);
     const bool mine = it != table_.end() && it->second.state != State::kJoined;
     if (!r.ok()) {
-      if (mine) Finish(r.name, Status::InvalidArgument(r.error));
+      // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
+      if (mine) Finish(r.name, Status::FailedPrecondition(r.error));
       continue;
     }
     TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";

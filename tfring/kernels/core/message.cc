@@ -174,6 +174,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
     w.PutInts(r.shape);
     w.PutInts(r.splits);
     w.PutRanks(r.process_set);
+    w.PutString(r.call_site);
   }
   return w.Take();
 }
@@ -189,7 +190,7 @@ Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) 
         !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
         !rd.Get(&r.prescale_factor) ||
         !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits) ||
-        !rd.GetRanks(&r.process_set)) {
+        !rd.GetRanks(&r.process_set) || !rd.GetString(&r.call_site)) {
       return Corrupt("request");
     }
     r.kind = static_cast<CollectiveKind>(kind);

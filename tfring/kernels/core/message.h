@@ -29,6 +29,10 @@ struct Request {
   // The process set: its members' global ranks, ascending; empty for all ranks. Positions
   // in `splits` and in a Response's first_dims/all_splits are positions in this list.
   std::vector<int32_t> process_set;
+  // Unnamed eager calls: where the user's code made the call ("train.py:42"), so that an
+  // error about calls that ranks paired by their order can say which calls they were.
+  // Not part of the signature.
+  std::string call_site;
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const;

@@ -19,7 +19,33 @@ std::string Mismatch(const std::string& what, const std::string& name, int r0,
          " sent " + v0 + ", rank " + std::to_string(r) + " sent " + v;
 }
 
+// For a mismatch between unnamed eager calls, which were paired by their order: which call
+// each rank made, and what that means.
+std::string CallSitesNote(int r0, const std::string& site0, int r, const std::string& site) {
+  if (site0.empty() && site.empty()) return "";
+  auto where = [](const std::string& s) { return s.empty() ? std::string("a named op") : s; };
+  return ". Rank " + std::to_string(r0) + " made this call at " + where(site0) + ", rank " +
+         std::to_string(r) + " at " + where(site) +
+         ": unnamed eager collectives pair in the order each rank makes them, so the ranks' "
+         "sequences of calls have drifted apart (one rank made a call the other did not). Give "
+         "such calls name=, or make every rank make the same calls";
+}
+
 }  // namespace
+
+void Negotiator::WarnPairedCallSites(const std::string& name, int r0, const std::string& site0,
+                                     int r, const std::string& site) const {
+  // Different lines may be legitimate (a rank-dependent branch around the same collective),
+  // so this is a warning, once per pair of lines.
+  if (warned_site_pairs_.size() >= 16 || !warned_site_pairs_.insert(site0 + "|" + site).second) {
+    return;
+  }
+  TFRING_LOG(kWarning) << "unnamed eager collective '" << name << "' paired rank " << r0
+                       << "'s call at " << site0 << " with rank " << r << "'s call at " << site
+                       << ". Unnamed eager calls pair in the order each rank makes them; if "
+                          "these are not meant to be the same collective, the ranks' calls "
+                          "have drifted apart: give them name=.";
+}
 
 Negotiator::Negotiator(int size) : size_(size), joined_(size, false) {}
 
@@ -126,7 +152,12 @@ Response Negotiator::Validate(const Slot& slot) const {
       resp.error = Mismatch("root ranks", n, r0, "root_rank=" + std::to_string(first.root_rank),
                             r, "root_rank=" + std::to_string(req.root_rank));
     }
-    if (!resp.error.empty()) break;
+    if (!resp.error.empty()) {
+      resp.error += CallSitesNote(r0, first.call_site, r, req.call_site);
+      break;
+    }
+    if (req.call_site != first.call_site) WarnPairedCallSites(n, r0, first.call_site, r,
+                                                              req.call_site);
   }
   if (resp.ok()) resp.error = JoinedProblem(resp);
   if (resp.ok() && first.kind == CollectiveKind::kAllgather) {
@@ -158,9 +189,10 @@ std::vector<Negotiator::Stalled> Negotiator::PendingOlderThan(double min_age_sec
   for (const auto& kv : pending_) {
     const double age = std::chrono::duration<double>(now - kv.second.first_seen).count();
     if (age < min_age_seconds || kv.second.complete) continue;
-    Stalled s{kv.first, {}, {}, age};
+    Stalled s{kv.first, {}, {}, age, ""};
     for (int32_t r : kv.second.members) {
       (kv.second.present[r] ? s.submitted : s.missing).push_back(r);
+      if (kv.second.present[r] && s.call_site.empty()) s.call_site = kv.second.by_rank[r].call_site;
     }
     out.push_back(std::move(s));
   }
@@ -197,7 +229,9 @@ std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled) {
       break;
     }
     const auto& t = stalled[i];
-    s += (i ? "; '" : "'") + t.name + "' (submitted by ranks " + RankListString(t.submitted) +
+    s += (i ? "; '" : "'") + t.name + "'" +
+         (t.call_site.empty() ? "" : " (an unnamed call at " + t.call_site + ")") +
+         " (submitted by ranks " + RankListString(t.submitted) +
          ", missing on ranks " + RankListString(t.missing) + ", waiting " +
          std::to_string(static_cast<int>(t.waited_seconds)) + " s)";
   }

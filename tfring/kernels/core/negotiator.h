@@ -14,10 +14,14 @@
 // A completed tensor is checked before it is released: same collective, dtype, shape (all
 // dimensions for allreduce and broadcast, all but the first for allgather), reduce op,
 // scale factors and root rank on every rank. A mismatch becomes an error Response naming
-// the tensor, what differs, and the ranks, which fails the op on every rank.
+// the tensor, what differs, and the ranks, which fails the op on every rank. Unnamed eager
+// calls ("unnamed.<n>") pair by their order on each rank; their requests carry the caller's
+// file and line, so a mismatch between them also says which call each rank made (the ranks'
+// calls have drifted apart), and stall reports say where the waiting call was made.
 #pragma once
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +53,7 @@ class Negotiator {
     std::vector<int> submitted;
     std::vector<int> missing;
     double waited_seconds;
+    std::string call_site;  // an unnamed eager call: where the submitting rank made it
   };
   // Tensors some but not all ranks have submitted, pending for at least `min_age_seconds`.
   std::vector<Stalled> PendingOlderThan(double min_age_seconds, SteadyClock::time_point now) const;
@@ -67,11 +72,14 @@ class Negotiator {
 
   void MaybeComplete(const std::string& name, Slot* slot);
   Response Validate(const Slot& slot) const;
+  void WarnPairedCallSites(const std::string& name, int r0, const std::string& site0, int r,
+                           const std::string& site) const;
 
   int size_;
   std::vector<bool> joined_;
   std::unordered_map<std::string, Slot> pending_;
   std::vector<std::string> completed_order_;
+  mutable std::set<std::string> warned_site_pairs_;
 };
 
 // Why `r` cannot run with its joined ranks (r.joined), or "" when it can: an alltoall, a

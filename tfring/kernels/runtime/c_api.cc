@@ -20,8 +20,17 @@ int Layout(int tfring::ProcessLayout::*field) {
 extern "C" {
 
 // Returns 0 on success, else the StatusCode, with the message copied into `error`.
-int tfring_init(char* error, int error_len) {
-  tfring::Status s = GlobalRuntime::Get().Init();
+// `world_kind`: 0 every process of MPI_COMM_WORLD; 1 the `num_ranks` world ranks `ranks`;
+// 2 the communicator whose Fortran handle is `fortran_handle` (mpi4py's comm.py2f()).
+int tfring_init(int world_kind, const int32_t* ranks, int num_ranks, int64_t fortran_handle,
+                char* error, int error_len) {
+  tfring::WorldChoice world;
+  world.kind = static_cast<tfring::WorldChoice::Kind>(world_kind);
+  if (world_kind == 1) world.ranks.assign(ranks, ranks + num_ranks);
+  world.fortran_handle = fortran_handle;
+  tfring::Status s = world_kind < 0 || world_kind > 2
+                         ? tfring::Status::InvalidArgument("bad world kind")
+                         : GlobalRuntime::Get().Init(world);
   if (!s.ok() && error_len > 0) {
     std::strncpy(error, s.message().c_str(), error_len - 1);
     error[error_len - 1] = '\0';

@@ -128,7 +128,7 @@ GlobalRuntime& GlobalRuntime::Get() {
   return *runtime;
 }
 
-Status GlobalRuntime::Init() {
+Status GlobalRuntime::Init(const WorldChoice& world) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (coordinator_) return Status::OK();
   if (peers_lost_) {
@@ -137,8 +137,9 @@ Status GlobalRuntime::Init() {
   }
   Options options;
   TFRING_RETURN_IF_ERROR(Options::FromEnvironment(&options));
+  unnamed_calls_.clear();
   SetLogLevel(options.log_level);
-  TFRING_RETURN_IF_ERROR(MpiContext::Initialize(&layout_));
+  TFRING_RETURN_IF_ERROR(MpiContext::Initialize(world, &layout_));
   SetLogRank(layout_.rank);
   MPI_Comm control_comm, sets_comm;
   TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&control_comm));
@@ -147,7 +148,7 @@ Status GlobalRuntime::Init() {
   TFRING_RETURN_IF_ERROR(NewHostBackend(options, &backend));
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
-  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, MPI_COMM_WORLD, &device));
+  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, MpiContext::World(), &device));
   coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device),
                                                NewProcessSetFactory(options, sets_comm));
@@ -237,6 +238,11 @@ void GlobalRuntime::Enqueue(Entry entry) {
   Coordinator* c = coordinator_.get();
   lock.unlock();
   c->Enqueue(std::move(entry));
+}
+
+std::string GlobalRuntime::NextUnnamedName(const std::vector<int32_t>& process_set) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return "unnamed." + std::to_string(unnamed_calls_[process_set]++);
 }
 
 }  // namespace tfring

@@ -3,7 +3,11 @@
 // the runtime knows that it is global.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 #include <mutex>
 
 #include "tfring/kernels/backends/mpi/mpi_context.h"
@@ -15,7 +19,9 @@ class GlobalRuntime {
  public:
   static GlobalRuntime& Get();
 
-  Status Init();      // idempotent; MPI is initialized on first use
+  // Idempotent while running; MPI is initialized on first use. `world` picks the processes
+  // that make up the job (Horovod's init(comm=...)).
+  Status Init(const WorldChoice& world = WorldChoice());
   void Shutdown();    // stops the coordinator; init() may be called again later
   void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
   bool initialized();
@@ -30,11 +36,18 @@ class GlobalRuntime {
   // Queues `entry`, or fails it at once when the runtime is not initialized.
   void Enqueue(Entry entry);
 
+  // The name of this process's next unnamed eager call in `process_set` ("unnamed.<n>",
+  // n counting such calls in that set since init). Ranks that make the same calls agree.
+  // Taken only by a call that is about to be queued, so a call that fails its checks
+  // first shifts nothing.
+  std::string NextUnnamedName(const std::vector<int32_t>& process_set);
+
  private:
   std::mutex mutex_;
   std::unique_ptr<Coordinator> coordinator_;
   ProcessLayout layout_;
   bool peers_lost_ = false;
+  std::map<std::vector<int32_t>, int64_t> unnamed_calls_;  // reset by Init
 };
 
 }  // namespace tfring

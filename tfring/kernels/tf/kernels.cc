@@ -91,12 +91,48 @@ struct ProcessSetAttr {
   }
 };
 
+// How an op's tensors are named: its "tensor_name" and "call_site" attributes. A name the
+// user gave or one derived from the graph (tfring/naming.py) is used as it is. An unnamed
+// eager call has an empty tensor_name and takes the next "unnamed.<n>" of its process set
+// only when it is queued (GlobalRuntime::NextUnnamedName): a call that fails its checks
+// shifts no later name, and the attributes (so TensorFlow's cached kernel) stay the same
+// from call to call.
+struct OpName {
+  std::string name;
+  std::string call_site;  // unnamed eager calls: the user's "file:line"
+
+  explicit OpName(std::string fixed) : name(std::move(fixed)) {}
+  explicit OpName(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    OP_REQUIRES_OK(c, c->GetAttr("call_site", &call_site));
+  }
+  bool unnamed() const { return name.empty(); }
+  // What messages call the op's tensors before the op is queued.
+  std::string Display() const {
+    if (!unnamed()) return name;
+    return call_site.empty() ? std::string("unnamed call") : "unnamed call at " + call_site;
+  }
+  // The name of tensor `index` of `count` (grouped ops suffix their tensors' positions).
+  static std::string Of(const std::string& base, int index, int count) {
+    return count == 1 ? base : base + "." + std::to_string(index);
+  }
+};
+
 // Hands the kernel's entries to the runtime; the kernel completes when every one is done.
 // An eager op of at most KernelCompletion::kInlineWaitMaxBytes waits for them on the
-// caller's thread (adapter.h).
+// caller's thread (adapter.h). Unnamed calls get their names here, once every check passed.
 template <bool kOnGpu>
 void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vector<Entry> entries,
-               bool eager, int64_t bytes) {
+               bool eager, int64_t bytes, const OpName& op_name) {
+  if (op_name.unnamed() && !entries.empty()) {
+    const std::string base =
+        GlobalRuntime::Get().NextUnnamedName(entries[0].request.process_set);
+    const int n = static_cast<int>(entries.size());
+    for (int i = 0; i < n; ++i) {
+      entries[i].request.name = OpName::Of(base, i, n);
+      entries[i].request.call_site = op_name.call_site;
+    }
+  }
   auto completion = KernelCompletion::Create(
       ctx, std::move(done), static_cast<int>(entries.size()),
       eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
@@ -110,10 +146,10 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
 
 template <bool kOnGpu>
 void SubmitOne(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, Entry e, bool eager,
-               int64_t bytes) {
+               int64_t bytes, const OpName& op_name) {
   std::vector<Entry> entries;
   entries.push_back(std::move(e));
-  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes);
+  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes, op_name);
 }
 
 // The attributes of a reducing op (allreduce, grouped allreduce, reducescatter), and the
@@ -121,15 +157,14 @@ void SubmitOne(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, Entry e, 
 struct ReduceAttrs {
   int reduce_op;
   float prescale, postscale;
-  std::string name;
+  OpName name;
   bool cacheable, eager;
   ProcessSetAttr set;
 
-  explicit ReduceAttrs(OpKernelConstruction* c) : set(c) {
+  explicit ReduceAttrs(OpKernelConstruction* c) : name(c), set(c) {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale));
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager));
     OP_REQUIRES(c, IsValidReduceOp(reduce_op),
@@ -181,7 +216,7 @@ class AllreduceOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.name = n == 1 ? attrs_.name : attrs_.name + "." + std::to_string(i);
+      e.request.name = OpName::Of(attrs_.name.Display(), i, n);
       if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
@@ -196,7 +231,8 @@ class AllreduceOp : public AsyncOpKernel {
     if (n == 0) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
-    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes);
+    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes,
+                      attrs_.name);
   }
 
  private:
@@ -206,8 +242,7 @@ class AllreduceOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class AllgatherOp : public AsyncOpKernel {
  public:
-  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  explicit AllgatherOp(OpKernelConstruction* c) : AsyncOpKernel(c), name_(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
 
@@ -218,7 +253,7 @@ class AllgatherOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.name = n == 1 ? name_ : name_ + "." + std::to_string(i);
+      e.request.name = OpName::Of(name_.Display(), i, n);
       if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
         TFRING_FAIL_ASYNC(ctx,
@@ -235,11 +270,11 @@ class AllgatherOp : public AsyncOpKernel {
       bytes += input.TotalBytes();
     }
     if (n == 0) return done();
-    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager_, bytes);
+    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager_, bytes, name_);
   }
 
  private:
-  std::string name_;
+  const OpName name_;
   bool eager_;
   const ProcessSetAttr set_;
 };
@@ -247,9 +282,8 @@ class AllgatherOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class BroadcastOp : public AsyncOpKernel {
  public:
-  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
+  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c), name_(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
@@ -257,15 +291,15 @@ class BroadcastOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.name = name_;
-    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    e.request.name = name_.Display();
+    if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
     const ProcessLayout layout = GlobalRuntime::Get().layout();
     if (root_rank_ < 0 || root_rank_ >= layout.size) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError(
                             "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
                             "). Received: root_rank=" + std::to_string(root_rank_) +
-                            " (tensor '" + name_ + "')"),
+                            " (tensor '" + e.request.name + "')"),
                         done);
     }
     e.request.kind = CollectiveKind::kBroadcast;
@@ -282,12 +316,12 @@ class BroadcastOp : public AsyncOpKernel {
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
       e.output = MutableDataOf(output);
     }
-    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes());
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes(), name_);
   }
 
  private:
   int root_rank_;
-  std::string name_;
+  const OpName name_;
   bool cacheable_;
   bool eager_;
   const ProcessSetAttr set_;
@@ -301,25 +335,26 @@ class ReducescatterOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.name = attrs_.name;
-    if (!CheckCommon(ctx, attrs_.name, input, &e.request.dtype)) return done();
+    e.request.name = attrs_.name.Display();
+    if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
     if (input.dims() == 0) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
-                                                   attrs_.name + "' is a scalar"),
+                                                   e.request.name + "' is a scalar"),
                         done);
     }
     OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kReducescatter, &e.request), done);
     e.request.shape = ShapeOf(input);
     int set_size = 0, position = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.View(attrs_.name, &set_size, &position), done);
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.View(e.request.name, &set_size, &position), done);
     tensorflow::TensorShape out_shape = input.shape();
     out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), set_size)[position]);
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, out_shape, &output), done);
     e.input = DataOf(input);
     e.output = MutableDataOf(output);
-    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), attrs_.eager, input.TotalBytes());
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), attrs_.eager, input.TotalBytes(),
+                      attrs_.name);
   }
 
  private:
@@ -329,8 +364,7 @@ class ReducescatterOp : public AsyncOpKernel {
 template <bool kOnGpu>
 class AlltoallOp : public AsyncOpKernel {
  public:
-  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c), op_name_(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
 
@@ -338,26 +372,27 @@ class AlltoallOp : public AsyncOpKernel {
     const Tensor& input = ctx->input(0);
     const Tensor& splits = ctx->input(1);
     Entry e;
-    e.request.name = name_;
-    if (!CheckCommon(ctx, name_, input, &e.request.dtype)) return done();
+    const std::string name = op_name_.Display();
+    e.request.name = name;
+    if (!CheckCommon(ctx, name, input, &e.request.dtype)) return done();
     int set_size = 0, position = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, set_.View(name_, &set_size, &position), done);
+    OP_REQUIRES_OK_ASYNC(ctx, set_.View(name, &set_size, &position), done);
     std::string problem;
     if (input.dims() == 0) {
-      problem = "alltoall needs a tensor of rank >= 1; '" + name_ + "' is a scalar";
+      problem = "alltoall needs a tensor of rank >= 1; '" + name + "' is a scalar";
     } else if (splits.dims() != 1 || splits.NumElements() != set_size) {
-      problem = "alltoall '" + name_ + "': splits must be a vector of one row count per rank (" +
+      problem = "alltoall '" + name + "': splits must be a vector of one row count per rank (" +
                 std::to_string(set_size) + "); got shape " + splits.shape().DebugString();
     } else {
       int64_t sum = 0;
       for (int r = 0; r < set_size; ++r) {
         const int64_t n = splits.vec<int64_t>()(r);
-        if (n < 0) problem = "alltoall '" + name_ + "': splits must not be negative";
+        if (n < 0) problem = "alltoall '" + name + "': splits must not be negative";
         sum += n;
         e.request.splits.push_back(n);
       }
       if (problem.empty() && sum != input.dim_size(0)) {
-        problem = "alltoall '" + name_ + "': splits add up to " + std::to_string(sum) +
+        problem = "alltoall '" + name + "': splits add up to " + std::to_string(sum) +
                   " rows but the tensor has " + std::to_string(input.dim_size(0));
       }
     }
@@ -376,11 +411,12 @@ class AlltoallOp : public AsyncOpKernel {
       return Status::OK();
     };
     e.allocate_output = OutputAllocator(ctx, 0, "alltoall");
-    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes());
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes(),
+                      op_name_);
   }
 
  private:
-  std::string name_;
+  const OpName op_name_;
   bool eager_;
   const ProcessSetAttr set_;
 };
@@ -388,8 +424,7 @@ class AlltoallOp : public AsyncOpKernel {
 // Completes once every rank has submitted a barrier of the same name.
 class BarrierOp : public AsyncOpKernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c), set_(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c), name_(c), set_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
@@ -399,20 +434,20 @@ class BarrierOp : public AsyncOpKernel {
       TFRING_FAIL_ASYNC(ctx,
                         absl::FailedPreconditionError(
                             "tfring has not been initialized: call tfring.init() before "
-                            "running '" + name_ + "'"),
+                            "running '" + name_.Display() + "'"),
                         done);
     }
     Entry e;
-    e.request.name = name_;
+    e.request.name = name_.Display();
     e.request.kind = CollectiveKind::kBarrier;
     e.request.process_set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
-    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0);
+    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_);
   }
 
  private:
-  std::string name_;
+  const OpName name_;
   bool cacheable_;
   bool eager_;
   const ProcessSetAttr set_;
@@ -443,7 +478,8 @@ class JoinOp : public AsyncOpKernel {
     e.request.cacheable = false;
     e.output = output->data();
     // Waits for the slowest rank: never inline on the caller's thread.
-    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, INT64_MAX);
+    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, INT64_MAX,
+                                OpName("tfring.join"));
   }
 
  private:

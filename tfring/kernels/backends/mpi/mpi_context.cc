@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "tfring/kernels/backends/mpi/mpi_check.h"
+#include "tfring/kernels/core/message.h"
 
 namespace tfring {
 namespace {
@@ -14,20 +15,72 @@ bool g_we_initialized = false;
 bool g_initialized = false;
 int g_thread_level = MPI_THREAD_SINGLE;
 ProcessLayout g_layout;
+MPI_Comm g_world = MPI_COMM_WORLD;  // tfring's world (WorldChoice)
 
 Status ComputeLayout(ProcessLayout* l) {
-  TFRING_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &l->rank));
-  TFRING_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &l->size));
+  TFRING_MPI_CHECK(MPI_Comm_rank(g_world, &l->rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(g_world, &l->size));
   MPI_Comm local, cross;
   TFRING_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
+      MPI_Comm_split_type(g_world, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
   TFRING_MPI_CHECK(MPI_Comm_rank(local, &l->local_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(local, &l->local_size));
-  TFRING_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, l->local_rank, l->rank, &cross));
+  TFRING_MPI_CHECK(MPI_Comm_split(g_world, l->local_rank, l->rank, &cross));
   TFRING_MPI_CHECK(MPI_Comm_rank(cross, &l->cross_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(cross, &l->cross_size));
   MPI_Comm_free(&local);
   MPI_Comm_free(&cross);
+  return Status::OK();
+}
+
+// Makes g_world for `choice` (MPI is initialized), freeing the previous one.
+Status MakeWorld(const WorldChoice& choice) {
+  if (g_world != MPI_COMM_WORLD) MPI_Comm_free(&g_world);
+  g_world = MPI_COMM_WORLD;
+  MPI_Comm made = MPI_COMM_NULL;
+  switch (choice.kind) {
+    case WorldChoice::Kind::kAll:
+      return Status::OK();
+    case WorldChoice::Kind::kRanks: {
+      int me = 0, size = 0;
+      TFRING_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+      TFRING_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+      bool member = false;
+      for (int32_t r : choice.ranks) {
+        if (r < 0 || r >= size) {
+          return Status::InvalidArgument("init(comm=...): rank " + std::to_string(r) +
+                                         " is not a rank of MPI_COMM_WORLD (size " +
+                                         std::to_string(size) + ")");
+        }
+        member = member || r == me;
+      }
+      if (!member) {
+        return Status::InvalidArgument("init(comm=" + RankListString(choice.ranks) +
+                                       "): this process (MPI_COMM_WORLD rank " +
+                                       std::to_string(me) + ") is not one of those ranks");
+      }
+      MPI_Group world_group, group;
+      TFRING_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+      TFRING_MPI_CHECK(MPI_Group_incl(world_group, static_cast<int>(choice.ranks.size()),
+                                      choice.ranks.data(), &group));
+      const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/7300, &made);
+      MPI_Group_free(&group);
+      MPI_Group_free(&world_group);
+      TFRING_MPI_CHECK(rc);
+      break;
+    }
+    case WorldChoice::Kind::kCommunicator: {
+      const MPI_Comm given = MPI_Comm_f2c(static_cast<MPI_Fint>(choice.fortran_handle));
+      if (given == MPI_COMM_NULL) {
+        return Status::InvalidArgument("init(comm=...): the communicator is MPI_COMM_NULL");
+      }
+      // A duplicate: tfring's messages never match the application's on its communicator.
+      TFRING_MPI_CHECK(MPI_Comm_dup(given, &made));
+      break;
+    }
+  }
+  TFRING_MPI_CHECK(MPI_Comm_set_errhandler(made, MPI_ERRORS_RETURN));
+  g_world = made;
   return Status::OK();
 }
 
@@ -41,9 +94,9 @@ Status MpiStatus(int rc, const char* call, const char* file, int line) {
                           ":" + std::to_string(line) + ")");
 }
 
-Status MpiContext::Initialize(ProcessLayout* layout) {
+Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_initialized) {
+  {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -52,7 +105,7 @@ Status MpiContext::Initialize(ProcessLayout* layout) {
           "MPI was already finalized in this process; tfring cannot start again after MPI "
           "has been shut down");
     }
-    if (!initialized) {
+    if (!initialized && !g_initialized) {
       // Open MPI spins while it waits for a peer. A tfring rank shares its core(s) with
       // TensorFlow's threads, which computes the next gradients while a collective waits;
       // a spinning wait takes that CPU away (measured with bench/keras_fit.py: 2 ranks on
@@ -64,8 +117,9 @@ Status MpiContext::Initialize(ProcessLayout* layout) {
     } else {
       MPI_Query_thread(&g_thread_level);
     }
-    TFRING_RETURN_IF_ERROR(ComputeLayout(&g_layout));
     g_initialized = true;
+    TFRING_RETURN_IF_ERROR(MakeWorld(choice));
+    TFRING_RETURN_IF_ERROR(ComputeLayout(&g_layout));
   }
   *layout = g_layout;
   return Status::OK();
@@ -82,21 +136,26 @@ void MpiContext::Finalize() {
 
 bool MpiContext::threads_supported() { return g_thread_level == MPI_THREAD_MULTIPLE; }
 
+MPI_Comm MpiContext::World() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_world;
+}
+
 Status MpiContext::DupWorld(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, comm));
+  TFRING_MPI_CHECK(MPI_Comm_dup(World(), comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }
 
 Status MpiContext::SplitLocal(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_layout.rank,
+  TFRING_MPI_CHECK(MPI_Comm_split_type(World(), MPI_COMM_TYPE_SHARED, g_layout.rank,
                                        MPI_INFO_NULL, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }
 
 Status MpiContext::SplitCross(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g_layout.local_rank, g_layout.rank, comm));
+  TFRING_MPI_CHECK(MPI_Comm_split(World(), g_layout.local_rank, g_layout.rank, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }

@@ -2,8 +2,9 @@
 //
 // Initializes MPI with MPI_THREAD_MULTIPLE unless someone (mpi4py, the application) already
 // did, and then finalizes it only if it initialized it. Communicators handed to the
-// control plane and the backend are duplicates of MPI_COMM_WORLD, so tfring's traffic never
-// matches the application's own MPI messages.
+// control plane and the backend are duplicates of tfring's world (MPI_COMM_WORLD, or the
+// processes init(comm=...) named), so tfring's traffic never matches the application's own
+// MPI messages.
 #pragma once
 
 #include <mpi.h>
@@ -22,14 +23,27 @@ struct ProcessLayout {
   int cross_rank = 0, cross_size = 1;  // this host among hosts (ranks with the same local_rank)
 };
 
+// Which processes make up tfring's world (Horovod's init(comm=...)): every process of
+// MPI_COMM_WORLD, the world ranks listed (in that order), or the processes of a communicator
+// the application made (mpi4py's, passed as its Fortran handle).
+struct WorldChoice {
+  enum class Kind { kAll, kRanks, kCommunicator } kind = Kind::kAll;
+  std::vector<int32_t> ranks;     // kRanks: MPI_COMM_WORLD ranks
+  int64_t fortran_handle = 0;     // kCommunicator: MPI_Comm_c2f of the application's comm
+};
+
 class MpiContext {
  public:
-  // Idempotent. Fills `layout` on success.
-  static Status Initialize(ProcessLayout* layout);
+  // Initializes MPI once (idempotent), makes tfring's world as `choice` says (collective
+  // over its members) and fills `layout` as seen within it. Called again (after a
+  // shutdown), it makes the world anew.
+  static Status Initialize(const WorldChoice& choice, ProcessLayout* layout);
+  // tfring's world: MPI_COMM_WORLD, or the communicator Initialize made for the choice.
+  static MPI_Comm World();
   // Finalizes MPI if tfring initialized it and MPI is still usable.
   static void Finalize();
   static bool threads_supported();
-  // A fresh duplicate of MPI_COMM_WORLD with errors returned, not fatal.
+  // A fresh duplicate of tfring's world with errors returned, not fatal.
   static Status DupWorld(MPI_Comm* comm);
   // The ranks on this host (ordered by world rank), and the ranks that share this rank's
   // local rank (one per host: with local rank 0, the hosts' leaders). Errors returned.

@@ -1,0 +1,65 @@
+"""How unnamed ops are named: from the graph in graphs (as Horovod), by the runtime eagerly."""
+
+import tensorflow as tf
+
+import tfring
+from tfring import naming
+
+
+def _tensor_names(graph, op_type):
+    return [n.attr["tensor_name"].s.decode() for n in graph.as_graph_def().node
+            if n.op == op_type]
+
+
+def test_graph_names_come_from_the_graph_not_the_process_history():
+    def build():
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.constant([1.0], name="x")
+            with tf.name_scope("scope"):
+                tfring.allreduce(x)
+                tfring.allreduce(x)   # the same input twice: unique within the graph
+            tfring.allgather(x, ignore_name_scope=True)
+            tfring.grouped_allreduce([x, x * 2])
+            tfring.broadcast(x, 0)
+        return g
+
+    first = build()
+    # Another graph built in between (a rank-0-only eval graph, say) changes nothing.
+    with tf.Graph().as_default():
+        tfring.allreduce(tf.constant([2.0], name="x"))
+    second = build()
+    for op in ("TfringAllreduce", "TfringAllgather", "TfringGroupedAllreduce",
+               "TfringBroadcast"):
+        assert _tensor_names(first, op) == _tensor_names(second, op)
+    assert _tensor_names(first, "TfringAllreduce") == [
+        "scope/TfringAllreduce_x_0", "scope/TfringAllreduce_x_0_1"]
+    assert _tensor_names(first, "TfringAllgather") == ["TfringAllgather_x_0"]
+    assert _tensor_names(first, "TfringGroupedAllreduce")[0].startswith(
+        "TfringGroupedAllreduce_x_0_mul_0")
+
+
+def test_a_retraced_function_gets_the_same_names():
+    @tf.function
+    def step(x):
+        return tfring.allreduce(tf.reduce_sum(x))
+
+    full = step.get_concrete_function(tf.TensorSpec([4]))
+    short = step.get_concrete_function(tf.TensorSpec([3]))  # a shorter last batch
+    assert _tensor_names(full.graph, "TfringAllreduce") == \
+        _tensor_names(short.graph, "TfringAllreduce") == ["TfringAllreduce_Sum_0"]
+
+
+def test_eager_calls_carry_their_call_site_not_a_name():
+    n = naming.op_naming("allreduce")
+    assert n.tensor_name == "" and n.cacheable is False
+    assert n.call_site.startswith("test_naming.py:")
+    assert naming.op_naming("allreduce", name="given")[:2] == ("given", True)
+
+
+def test_unnamed_eager_calls_reuse_one_kernel():
+    # The attributes of an unnamed eager call are the same from call to call, so TensorFlow
+    # builds its kernel once; the runtime numbers the calls.
+    tfring.init()
+    for i in range(3):
+        assert tfring.allreduce(tf.constant([float(i)]), op=tfring.Sum).numpy()[0] == i

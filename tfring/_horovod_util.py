@@ -1,0 +1,39 @@
+"""Small helpers that Horovod exports from `horovod.tensorflow` and scripts call."""
+
+import warnings
+
+
+def split_list(items, n):
+    """`items` cut into `n` consecutive parts whose lengths differ by at most one (the
+    first parts longer), as Horovod's split_list."""
+    base, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def vars_to_refs(variables):
+    """Hashable references to variables (for sets and dict keys)."""
+    return [v.ref() for v in variables]
+
+
+def refs_to_vars(refs):
+    """The variables behind `vars_to_refs`'s references."""
+    return [r.deref() for r in refs]
+
+
+def handle_average_backwards_compatibility(op, average):
+    """The reduce op for Horovod's deprecated `average=` argument."""
+    from tfring.collectives import _resolve_op
+    if average is not None:
+        warnings.warn("`average` is deprecated: pass op=tfring.Average or op=tfring.Sum.",
+                      DeprecationWarning, stacklevel=3)
+    return _resolve_op(average, op)
+
+
+def check_num_rank_power_of_2(num_rank):
+    """Whether `num_rank` is a power of two (Horovod's Adasum precondition)."""
+    return num_rank > 0 and num_rank & (num_rank - 1) == 0
