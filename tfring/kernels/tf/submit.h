@@ -1,0 +1,155 @@
+// What every collective kernel shares: the checks before anything is queued, the op's
+// process set and name attributes, and handing entries to the runtime (SubmitAll), where an
+// unnamed eager call takes its name.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tfring/kernels/common/build_config.h"
+#include "tfring/kernels/runtime/global_runtime.h"
+#include "tfring/kernels/tf/adapter.h"
+
+#if TFRING_WITH_NCCL
+#include "tfring/kernels/tf/gpu/gpu_entry.h"
+#endif
+
+namespace tfring {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+
+#define TFRING_FAIL_ASYNC(ctx, status, done) \
+  do {                                       \
+    (ctx)->SetStatus(status);                \
+    (done)();                                \
+    return;                                  \
+  } while (0)
+
+// Checks shared by every collective kernel; false (with the context failed) on error.
+inline bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
+                        DataType* dtype) {
+  if (!GlobalRuntime::Get().initialized()) {
+    ctx->SetStatus(absl::FailedPreconditionError(
+        "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
+    return false;
+  }
+  if (!FromTfDataType(t.dtype(), dtype)) {
+    ctx->SetStatus(absl::InvalidArgumentError("tfring does not support dtype " +
+                                              tensorflow::DataTypeString(t.dtype()) +
+                                              " (tensor '" + name + "')"));
+    return false;
+  }
+  return true;
+}
+
+// Hands `e` (its done callback set) to the runtime. A kernel on a GPU first ties the entry
+// to TensorFlow's stream (tf/gpu/gpu_entry.h), so the runtime reads the input only once
+// its producer has written it.
+template <bool kOnGpu>
+void Submit(OpKernelContext* ctx, Entry e) {
+#if TFRING_WITH_NCCL
+  if (kOnGpu) {
+    const Status s = AttachToGpuStream(ctx, &e);
+    if (!s.ok()) return e.done(s);
+  }
+#endif
+  GlobalRuntime::Get().Enqueue(std::move(e));
+}
+
+// An op's process set (its "process_set" attribute: the members' ranks, ascending; empty
+// for all ranks), and this rank's place in it.
+struct ProcessSetAttr {
+  std::vector<int32_t> ranks;
+
+  explicit ProcessSetAttr(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &ranks));
+  }
+
+  // The set's size and this rank's position in it; an error when this rank is not a member.
+  absl::Status View(const std::string& name, int* size, int* position) const {
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    if (ranks.empty()) {
+      *size = layout.size;
+      *position = layout.rank;
+      return absl::OkStatus();
+    }
+    auto it = std::find(ranks.begin(), ranks.end(), layout.rank);
+    if (it == ranks.end()) {
+      return absl::InvalidArgumentError("rank " + std::to_string(layout.rank) +
+                                        " is not in the process set " + RankListString(ranks) +
+                                        " of '" + name + "': only its members may submit it");
+    }
+    *size = static_cast<int>(ranks.size());
+    *position = static_cast<int>(it - ranks.begin());
+    return absl::OkStatus();
+  }
+};
+
+// How an op's tensors are named: its "tensor_name" and "call_site" attributes. A name the
+// user gave or one derived from the graph (tfring/naming.py) is used as it is. An unnamed
+// eager call has an empty tensor_name and takes the next "unnamed.<n>" of its process set
+// only when it is queued (GlobalRuntime::NextUnnamedName): a call that fails its checks
+// shifts no later name, and the attributes (so TensorFlow's cached kernel) stay the same
+// from call to call.
+struct OpName {
+  std::string name;
+  std::string call_site;  // unnamed eager calls: the user's "file:line"
+
+  explicit OpName(std::string fixed) : name(std::move(fixed)) {}
+  explicit OpName(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    OP_REQUIRES_OK(c, c->GetAttr("call_site", &call_site));
+  }
+  bool unnamed() const { return name.empty(); }
+  // What messages call the op's tensors before the op is queued.
+  std::string Display() const {
+    if (!unnamed()) return name;
+    return call_site.empty() ? std::string("unnamed call") : "unnamed call at " + call_site;
+  }
+  // The name of tensor `index` of `count` (grouped ops suffix their tensors' positions).
+  static std::string Of(const std::string& base, int index, int count) {
+    return count == 1 ? base : base + "." + std::to_string(index);
+  }
+};
+
+// Hands the kernel's entries to the runtime; the kernel completes when every one is done.
+// An eager op of at most KernelCompletion::kInlineWaitMaxBytes waits for them on the
+// caller's thread (adapter.h). Unnamed calls get their names here, once every check passed.
+template <bool kOnGpu>
+void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vector<Entry> entries,
+               bool eager, int64_t bytes, const OpName& op_name) {
+  if (op_name.unnamed() && !entries.empty()) {
+    const std::string base =
+        GlobalRuntime::Get().NextUnnamedName(entries[0].request.process_set);
+    const int n = static_cast<int>(entries.size());
+    for (int i = 0; i < n; ++i) {
+      entries[i].request.name = OpName::Of(base, i, n);
+      entries[i].request.call_site = op_name.call_site;
+    }
+  }
+  auto completion = KernelCompletion::Create(
+      ctx, std::move(done), static_cast<int>(entries.size()),
+      eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
+  for (Entry& e : entries) {
+    e.eager = eager;
+    e.done = KernelCompletion::EntryCallback(completion);
+    Submit<kOnGpu>(ctx, std::move(e));
+  }
+  completion->WaitInline();
+}
+
+template <bool kOnGpu>
+void SubmitOne(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, Entry e, bool eager,
+               int64_t bytes, const OpName& op_name) {
+  std::vector<Entry> entries;
+  entries.push_back(std::move(e));
+  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes, op_name);
+}
+
+}  // namespace tfring
