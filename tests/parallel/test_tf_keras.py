@@ -132,3 +132,20 @@ def test_metric_average_callback(rank, size):
 
 def test_fit_with_uneven_batches(rank, size):
     _uneven_fit.check_fit_with_uneven_batches(keras, rank, size)
+
+
+def test_sync_batch_normalization_uses_the_global_batch(rank, size):
+    # The tf_keras layer (Horovod's base class) with Horovod's fused=False; uneven batches.
+    def batch(r):
+        return (np.random.default_rng(40 + r).normal(size=(r + 2, 3)) * (r + 1) + 5.0
+                ).astype(np.float32)
+
+    layer = tfring.SyncBatchNormalization(fused=False, momentum=0.5, epsilon=1e-3)
+    assert isinstance(layer, keras.layers.BatchNormalization)
+    out = layer(tf.constant(batch(rank)), training=True).numpy()
+    everything = np.concatenate([batch(r) for r in range(size)]).astype(np.float64)
+    start = sum(r + 2 for r in range(rank))
+    want = (everything[start:start + rank + 2] - everything.mean(0)) / \
+        np.sqrt(everything.var(0) + 1e-3)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.5 * everything.mean(0), rtol=1e-5)
