@@ -19,8 +19,8 @@ _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 from tfring._library import build_info  # noqa: E402
 from tfring import _collective_gradients  # noqa: E402,F401  (registers the gradients)
 from tfring._horovod_util import (  # noqa: E402
-    check_num_rank_power_of_2, handle_average_backwards_compatibility, refs_to_vars,
-    split_list, vars_to_refs)
+    check_num_rank_power_of_2, gpu_available, handle_average_backwards_compatibility,
+    refs_to_vars, split_list, vars_to_refs)
 from tfring.collectives import (  # noqa: E402
     Average, Max, Min, Product, Sum, allgather, allreduce, alltoall, barrier, broadcast,
     grouped_allgather, grouped_allreduce, grouped_reducescatter, join, reducescatter)
@@ -36,8 +36,9 @@ from tfring.process_sets import (  # noqa: E402
 from tfring.runtime import (  # noqa: E402
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_rank_op, local_size, local_size_op,
-    mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
-    rocm_built, shutdown, size, size_op, start_timeline, stop_timeline)
+    mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built,
+    process_set_included_op, rank, rank_op, rocm_built, shutdown, size, size_op,
+    start_timeline, stop_timeline)
 
 __version__ = "0.1.0"
 
@@ -48,6 +49,7 @@ __all__ = [
     "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
     "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
     "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
+    "process_set_included_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",
     "grouped_reducescatter", "alltoall", "broadcast", "broadcast_", "barrier", "join",
     "broadcast_variables", "allgather_object", "broadcast_object", "broadcast_object_fn",
@@ -55,7 +57,7 @@ __all__ = [
     "Compression", "DistributedOptimizer", "DistributedGradientTape", "SyncBatchNormalization",
     "BroadcastGlobalVariablesHook", "broadcast_global_variables",
     "split_list", "vars_to_refs", "refs_to_vars", "handle_average_backwards_compatibility",
-    "check_num_rank_power_of_2",
+    "check_num_rank_power_of_2", "gpu_available",
 ]
 
 

@@ -37,3 +37,28 @@ def handle_average_backwards_compatibility(op, average):
 def check_num_rank_power_of_2(num_rank):
     """Whether `num_rank` is a power of two (Horovod's Adasum precondition)."""
     return num_rank > 0 and num_rank & (num_rank - 1) == 0
+
+
+def is_version_greater_equal_than(ver, target):
+    """Whether version string `ver` (e.g. tf.__version__) is at least `target`, compared as
+    PEP 440 versions, as Horovod's helper; both must be strings."""
+    from packaging import version
+    if not (isinstance(ver, str) and isinstance(target, str)):
+        raise ValueError(f"is_version_greater_equal_than takes two strings; got "
+                         f"{type(ver).__name__} {ver!r} and {type(target).__name__} {target!r}")
+    return version.parse(ver) >= version.parse(target)
+
+
+def gpu_available(ext_base_name="tensorflow", verbose=False):
+    """Whether tfring can run collectives on a GPU here: its GPU path was built and
+    TensorFlow sees a GPU (Horovod's helper; `ext_base_name` must be "tensorflow")."""
+    if ext_base_name != "tensorflow":
+        raise ValueError(f"tfring is for TensorFlow; gpu_available({ext_base_name!r}) does not "
+                         "apply")
+    import tensorflow as tf
+    from tfring import runtime
+    available = runtime.nccl_built() and bool(tf.config.list_physical_devices("GPU"))
+    if verbose:
+        print(f"tfring: GPU path built: {runtime.nccl_built()}, GPUs visible to TensorFlow: "
+              f"{len(tf.config.list_physical_devices('GPU'))}")
+    return available

@@ -8,7 +8,21 @@ cost of precision; other dtypes pass through unchanged.
 import tensorflow as tf
 
 
-class NoneCompressor:
+class Compressor:
+    """The interface of a compressor (Horovod's base class): subclass it for your own."""
+
+    @staticmethod
+    def compress(tensor):
+        """Returns (what is sent, the context decompress needs)."""
+        raise NotImplementedError("Compressor.compress")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Returns the tensor rebuilt from what was received and the context."""
+        raise NotImplementedError("Compressor.decompress")
+
+
+class NoneCompressor(Compressor):
     """Sends tensors as they are."""
 
     @staticmethod
@@ -20,7 +34,7 @@ class NoneCompressor:
         return tensor
 
 
-class FP16Compressor:
+class FP16Compressor(Compressor):
     """Casts floating-point tensors to float16 for the wire and back to their dtype."""
 
     @staticmethod

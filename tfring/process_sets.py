@@ -30,6 +30,7 @@ class ProcessSet:
         if min(ranks) < 0:
             raise ValueError(f"Ranks of a ProcessSet are >= 0. Received: {ranks}")
         self._ranks = sorted(ranks)
+        self.process_set_id = None  # Horovod's id, set by add_process_set
 
     @property
     def ranks(self):
@@ -81,27 +82,54 @@ class ProcessSet:
 def _global():
     ps = ProcessSet.__new__(ProcessSet)
     ps._ranks = None
+    ps.process_set_id = 0
     return ps
 
 
 global_process_set = _global()
 
 
+# Registered sets by Horovod's process_set_id (0 is the global set). Registration only gives
+# a set its id, for Horovod's id-taking calls (size_op, process_set_included_op).
+_registered = {}
+
+
 def add_process_set(process_set):
     """Horovod's registration call: returns the ProcessSet (made from a list of ranks if
-    given one). tfring needs no registration; the set's communicators are made on first use."""
+    given one), with its `process_set_id` set (the same id again for a set registered
+    before). tfring needs no registration; the set's communicators are made on first use."""
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if runtime.is_initialized() and ps.ranks[-1] >= runtime.size():
         raise ValueError(f"process set {ps.ranks} names ranks the job does not have "
                          f"(size {runtime.size()}).")
+    for set_id, known in _registered.items():
+        if known == ps:
+            ps.process_set_id = set_id
+            return ps
+    ps.process_set_id = max(_registered, default=0) + 1
+    _registered[ps.process_set_id] = ps
     return ps
 
 
 def remove_process_set(process_set):
-    """Horovod's call; a no-op in tfring (a set's communicators live until shutdown).
-    Returns True, as Horovod does on success."""
-    del process_set
+    """Horovod's call: forgets the set's id (its communicators live until shutdown).
+    Returns True, as Horovod does, or False for a set that was not registered."""
+    set_id = getattr(process_set, "process_set_id", None)
+    if not set_id or set_id not in _registered:
+        return False
+    del _registered[set_id]
+    process_set.process_set_id = None
     return True
+
+
+def by_id(process_set_id):
+    """The set registered under Horovod's `process_set_id` (0: the global set)."""
+    if process_set_id == 0:
+        return global_process_set
+    if process_set_id not in _registered:
+        raise ValueError(f"no process set has process_set_id={process_set_id} (register one "
+                         f"with tfring.add_process_set)")
+    return _registered[process_set_id]
 
 
 def from_attr(ranks):

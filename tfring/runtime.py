@@ -166,9 +166,22 @@ def mpi_version():
     return out.value.decode()
 
 
-def size_op(name=None):
-    """A graph op whose value is `size()` when the graph runs."""
-    return _library.ops().tfring_size(name=name)
+def size_op(process_set_id=0, name=None):
+    """A graph op whose value is `size()` when the graph runs (for process_set_id 0, the
+    global set), or the size of the set registered under `process_set_id`."""
+    if process_set_id == 0:
+        return _library.ops().tfring_size(name=name)
+    from tfring.process_sets import by_id
+    import tensorflow as tf
+    return tf.constant(by_id(process_set_id).size(), tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 when this process is a member of the set registered under `process_set_id` (0:
+    the global set), else 0, as a graph op (Horovod's)."""
+    from tfring.process_sets import by_id
+    import tensorflow as tf
+    return tf.constant(1 if by_id(process_set_id).included() else 0, tf.int32, name=name)
 
 
 def rank_op(name=None):

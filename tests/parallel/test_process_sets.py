@@ -30,8 +30,18 @@ def test_process_set_api(rank, size, my_set):
     assert tfring.global_process_set.ranks == list(range(size))
     assert tfring.global_process_set.size() == size
     assert tfring.ProcessSet([2, 0]).ranks == [0, 2]
-    assert tfring.add_process_set([1, 0]) == tfring.ProcessSet([0, 1])
-    assert tfring.remove_process_set(my_set)
+    registered = tfring.add_process_set([1, 0])
+    assert registered == tfring.ProcessSet([0, 1]) and registered.process_set_id > 0
+    assert tfring.add_process_set(tfring.ProcessSet([0, 1])).process_set_id == \
+        registered.process_set_id
+    # Horovod's id-taking ops.
+    assert int(tfring.size_op(registered.process_set_id)) == 2
+    assert int(tfring.process_set_included_op(registered.process_set_id)) == int(rank < 2)
+    assert int(tfring.size_op()) == size and int(tfring.process_set_included_op()) == 1
+    assert tfring.remove_process_set(registered) and registered.process_set_id is None
+    assert not tfring.remove_process_set(my_set)  # never registered
+    with pytest.raises(ValueError, match="no process set has process_set_id"):
+        tfring.size_op(12345)
     with pytest.raises(ValueError, match="each rank once"):
         tfring.ProcessSet([0, 0])
 

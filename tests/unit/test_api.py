@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from tfring import _library
+from tfring import _library, compression
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -151,3 +151,14 @@ def test_alltoall_and_indexed_slices_follow_horovod():
     assert isinstance(out, tf.IndexedSlices) and out.dense_shape is None
     with pytest.raises(NotImplementedError, match="IndexedSlices"):
         tfring.allreduce(slices, op=tfring.Max)
+
+
+def test_compressor_base_class_and_gpu_available():
+    assert issubclass(tfring.Compression.fp16, compression.Compressor)
+    assert issubclass(tfring.Compression.none, compression.Compressor)
+    with pytest.raises(NotImplementedError):
+        compression.Compressor.compress(tf.ones([1]))
+    assert tfring.gpu_available("tensorflow") is (
+        tfring.nccl_built() and bool(tf.config.list_physical_devices("GPU")))
+    with pytest.raises(ValueError, match="TensorFlow"):
+        tfring.gpu_available("torch")

@@ -58,3 +58,18 @@ def test_wrapper_round_trips_its_config():
     assert again.backward_passes_per_step == 3
     assert isinstance(again.inner_optimizer, keras.optimizers.Adam)
     assert float(again.learning_rate) == pytest.approx(0.01)
+
+
+def test_horovod_keras_names():
+    import tfring.keras as hvd
+    for name in ("ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+                 "mpi_enabled", "gloo_built", "gloo_enabled", "ccl_built", "ddl_built",
+                 "cuda_built", "rocm_built", "reducescatter", "is_version_greater_equal_than"):
+        assert hasattr(hvd, name), name
+    assert hvd.is_version_greater_equal_than("2.21.0", "2.16.0")
+    assert not hvd.is_version_greater_equal_than("2.16.0rc1", "2.16.0")
+    with pytest.raises(ValueError, match="two strings"):
+        hvd.is_version_greater_equal_than(2.16, "2.16.0")
+    hvd.init()
+    np.testing.assert_array_equal(hvd.reducescatter(np.ones((3, 2))), np.ones((3, 2)))
+    assert hvd.allreduce(2.0, compression=hvd.Compression.fp16) == 2.0

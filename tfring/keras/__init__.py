@@ -11,22 +11,30 @@ The classic Horovod Keras script works with one changed import:
               verbose=1 if hvd.rank() == 0 else 0)
 """
 
+from tfring._horovod_util import is_version_greater_equal_than  # noqa: F401
 from tfring.collectives import Average, Max, Min, Product, Sum  # noqa: F401
 from tfring.compression import Compression  # noqa: F401
+from tfring.process_sets import (  # noqa: F401
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
 from tfring.runtime import (  # noqa: F401
-    cross_rank, cross_size, init, is_initialized, local_rank, local_size, mpi_built,
-    mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+    nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from tfring.keras import callbacks  # noqa: F401
-from tfring.keras._values import allgather, allreduce, broadcast  # noqa: F401
+from tfring.keras._values import allgather, allreduce, broadcast, reducescatter  # noqa: F401
 from tfring.keras.optimizer import (  # noqa: F401
     DistributedKerasOptimizer, DistributedLossScaleOptimizer, DistributedOptimizer,
     broadcast_global_variables, load_model)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
-    "cross_size", "cross_rank", "mpi_built", "nccl_built", "mpi_threads_supported",
-    "start_timeline", "stop_timeline", "Average", "Sum", "Min", "Max", "Product", "Compression",
+    "cross_size", "cross_rank", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built",
+    "gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "mpi_threads_supported", "start_timeline", "stop_timeline",
+    "Average", "Sum", "Min", "Max", "Product", "Compression",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "DistributedOptimizer", "DistributedKerasOptimizer", "DistributedLossScaleOptimizer",
     "load_model", "broadcast_global_variables",
-    "allreduce", "allgather", "broadcast", "callbacks",
+    "allreduce", "allgather", "broadcast", "reducescatter", "callbacks",
+    "is_version_greater_equal_than",
 ]

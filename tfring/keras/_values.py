@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import collectives
+from tfring.compression import Compression
 
 
 def _to_tensor(value):
@@ -25,7 +26,7 @@ def _result(tensor, as_numpy):
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
-              op=None):
+              op=None, compression=Compression.none):
     """Reduces `value` (a number, numpy array or tensor) over all ranks.
 
     Args: as `tfring.allreduce`; `op` defaults to Average.
@@ -38,6 +39,7 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
     if as_numpy and tensor.dtype == tf.float64 and isinstance(value, float):
         tensor = tf.cast(tensor, tf.float32)  # a Python float: keep Keras's float32
     return _result(collectives.allreduce(tensor, average=average, op=op,
+                                         compression=compression,
                                          prescale_factor=prescale_factor,
                                          postscale_factor=postscale_factor, name=name),
                    as_numpy)
@@ -53,3 +55,10 @@ def broadcast(value, root_rank, name=None):
     """Returns root_rank's `value` on every rank (numpy in, numpy out)."""
     tensor, as_numpy = _to_tensor(value)
     return _result(collectives.broadcast(tensor, root_rank, name=name), as_numpy)
+
+
+def reducescatter(value, name=None, op=collectives.Average):
+    """This rank's block of `value` reduced over all ranks (numpy in, numpy out); blocks
+    split the first dimension as `tfring.reducescatter` does."""
+    tensor, as_numpy = _to_tensor(value)
+    return _result(collectives.reducescatter(tensor, op=op, name=name), as_numpy)
