@@ -26,8 +26,8 @@ Max = 4
 Product = 5
 _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
 
-_REDUCIBLE = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
-              tf.float64)
+_REDUCIBLE = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+              tf.bfloat16, tf.float32, tf.float64)
 _GATHERABLE = _REDUCIBLE + (tf.bool,)
 
 

@@ -25,7 +25,7 @@ T Get(const std::vector<char>& in, size_t i) {
 }
 
 bool IsSigned(DataType dtype) {
-  return dtype != DataType::kUInt8 && dtype != DataType::kBool;
+  return dtype != DataType::kUInt8 && dtype != DataType::kUInt16 && dtype != DataType::kBool;
 }
 
 double Tolerance(DataType dtype) {
@@ -75,6 +75,8 @@ std::vector<char> Encode(DataType dtype, const std::vector<double>& values) {
       case DataType::kFloat32: Put<float>(&out, i, static_cast<float>(v)); break;
       case DataType::kFloat64: Put<double>(&out, i, v); break;
       case DataType::kBool: Put<uint8_t>(&out, i, v != 0); break;
+      case DataType::kUInt16: Put<uint16_t>(&out, i, static_cast<uint16_t>(v)); break;
+      case DataType::kInt16: Put<int16_t>(&out, i, static_cast<int16_t>(v)); break;
     }
   }
   return out;
@@ -94,6 +96,8 @@ std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes) {
       case DataType::kFloat32: out[i] = Get<float>(bytes, i); break;
       case DataType::kFloat64: out[i] = Get<double>(bytes, i); break;
       case DataType::kBool: out[i] = Get<uint8_t>(bytes, i); break;
+      case DataType::kUInt16: out[i] = Get<uint16_t>(bytes, i); break;
+      case DataType::kInt16: out[i] = Get<int16_t>(bytes, i); break;
     }
   }
   return out;

@@ -21,6 +21,11 @@ namespace testing {
 inline constexpr DataType kAllDtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
                                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
                                           DataType::kFloat32, DataType::kFloat64};
+// The host path also reduces 16-bit integers (NCCL has none, so GPU tests leave them out).
+inline constexpr DataType kHostDtypes[] = {
+    DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
+    DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
+    DataType::kFloat32, DataType::kFloat64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                                        ReduceOp::kMax, ReduceOp::kProduct};
 

@@ -6,7 +6,8 @@ import tensorflow as tf
 MODES = ["eager", "function", "graph"]
 
 NP_DTYPES = {
-    tf.uint8: np.uint8, tf.int8: np.int8, tf.int32: np.int32, tf.int64: np.int64,
+    tf.uint8: np.uint8, tf.int8: np.int8, tf.uint16: np.uint16, tf.int16: np.int16,
+    tf.int32: np.int32, tf.int64: np.int64,
     tf.float16: np.float16, tf.bfloat16: np.float32, tf.float32: np.float32,
     tf.float64: np.float64, tf.bool: np.bool_,
 }
@@ -17,7 +18,7 @@ def rank_input(r, shape, dtype, low=-3, high=4):
     rng = np.random.default_rng(1000 + r)
     if dtype == tf.bool:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dtype == tf.uint8:
+    if dtype in (tf.uint8, tf.uint16):
         low = max(low, 0)
     values = rng.integers(low, high, size=shape)
     if dtype.is_floating:

@@ -7,7 +7,8 @@ import tensorflow as tf
 import tfring
 from _util import MODES, rank_input, run
 
-DTYPES = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64]
+DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
+          tf.float32, tf.float64]
 OPS = {"Sum": tfring.Sum, "Average": tfring.Average, "Min": tfring.Min, "Max": tfring.Max,
        "Product": tfring.Product}
 SHAPE = (3, 5)

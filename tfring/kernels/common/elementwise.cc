@@ -92,6 +92,8 @@ void FillIdentity(DataType dtype, ReduceOp op, void* buf, int64_t count) {
     case DataType::kBFloat16:
       return FillTyped(FloatToBFloat16(IdentityOf<float>(op)), buf, count);
     case DataType::kBool: return FillTyped<uint8_t>(0, buf, count);
+    case DataType::kUInt16: return FillTyped(IdentityOf<uint16_t>(op), buf, count);
+    case DataType::kInt16: return FillTyped(IdentityOf<int16_t>(op), buf, count);
   }
 }
 
@@ -99,6 +101,8 @@ void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_
   switch (dtype) {
     case DataType::kUInt8: return ReduceTyped<uint8_t>(op, in, inout, count);
     case DataType::kInt8: return ReduceTyped<int8_t>(op, in, inout, count);
+    case DataType::kUInt16: return ReduceTyped<uint16_t>(op, in, inout, count);
+    case DataType::kInt16: return ReduceTyped<int16_t>(op, in, inout, count);
     case DataType::kInt32: return ReduceTyped<int32_t>(op, in, inout, count);
     case DataType::kInt64: return ReduceTyped<int64_t>(op, in, inout, count);
     case DataType::kFloat32: return ReduceTyped<float>(op, in, inout, count);
@@ -126,6 +130,8 @@ void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t coun
   switch (dtype) {
     case DataType::kUInt8: return FloorDivideTyped<uint8_t>(divisor, buf, count);
     case DataType::kInt8: return FloorDivideTyped<int8_t>(divisor, buf, count);
+    case DataType::kUInt16: return FloorDivideTyped<uint16_t>(divisor, buf, count);
+    case DataType::kInt16: return FloorDivideTyped<int16_t>(divisor, buf, count);
     case DataType::kInt32: return FloorDivideTyped<int32_t>(divisor, buf, count);
     case DataType::kInt64: return FloorDivideTyped<int64_t>(divisor, buf, count);
     default: break;

@@ -7,6 +7,8 @@ size_t DataTypeSize(DataType dtype) {
     case DataType::kUInt8:
     case DataType::kInt8:
     case DataType::kBool: return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16: return 2;
     case DataType::kInt32:
@@ -28,6 +30,8 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kUInt16: return "uint16";
+    case DataType::kInt16: return "int16";
   }
   return "unknown";
 }

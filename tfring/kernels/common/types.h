@@ -20,8 +20,10 @@ enum class DataType : uint8_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kUInt16 = 9,
+  kInt16 = 10,
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 11;
 
 // Same values as Horovod's (Average=0, Sum=1, Adasum=2, Min=3, Max=4, Product=5).
 enum class ReduceOp : uint8_t {

@@ -26,6 +26,8 @@ bool FromTfDataType(tensorflow::DataType tf_dtype, DataType* dtype) {
   switch (tf_dtype) {
     case tensorflow::DT_UINT8: *dtype = DataType::kUInt8; return true;
     case tensorflow::DT_INT8: *dtype = DataType::kInt8; return true;
+    case tensorflow::DT_UINT16: *dtype = DataType::kUInt16; return true;
+    case tensorflow::DT_INT16: *dtype = DataType::kInt16; return true;
     case tensorflow::DT_INT32: *dtype = DataType::kInt32; return true;
     case tensorflow::DT_INT64: *dtype = DataType::kInt64; return true;
     case tensorflow::DT_HALF: *dtype = DataType::kFloat16; return true;

@@ -81,7 +81,7 @@ class AllreduceOp : public AsyncOpKernel {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
       e.request.name = OpName::Of(attrs_.name.Display(), i, n);
-      if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+      if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
       // When nothing else holds the input (a gradient inside a step, say), reduce in place:
@@ -118,7 +118,7 @@ class AllgatherOp : public AsyncOpKernel {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
       e.request.name = OpName::Of(name_.Display(), i, n);
-      if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+      if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
         TFRING_FAIL_ASYNC(ctx,
                           absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
@@ -156,7 +156,7 @@ class BroadcastOp : public AsyncOpKernel {
     const Tensor& input = ctx->input(0);
     Entry e;
     e.request.name = name_.Display();
-    if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
     const ProcessLayout layout = GlobalRuntime::Get().layout();
     if (root_rank_ < 0 || root_rank_ >= layout.size) {
       TFRING_FAIL_ASYNC(ctx,
@@ -200,7 +200,7 @@ class ReducescatterOp : public AsyncOpKernel {
     const Tensor& input = ctx->input(0);
     Entry e;
     e.request.name = attrs_.name.Display();
-    if (!CheckCommon(ctx, e.request.name, input, &e.request.dtype)) return done();
+    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
     if (input.dims() == 0) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
@@ -238,7 +238,7 @@ class AlltoallOp : public AsyncOpKernel {
     Entry e;
     const std::string name = op_name_.Display();
     e.request.name = name;
-    if (!CheckCommon(ctx, name, input, &e.request.dtype)) return done();
+    if (!CheckCommon<kOnGpu>(ctx, name, input, &e.request.dtype)) return done();
     int set_size = 0, position = 0;
     OP_REQUIRES_OK_ASYNC(ctx, set_.View(name, &set_size, &position), done);
     std::string problem;

@@ -21,8 +21,10 @@ absl::Status SameShape(InferenceContext* c) {
 
 }  // namespace
 
-#define TFRING_REDUCIBLE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double}"
-#define TFRING_ALL_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool}"
+#define TFRING_REDUCIBLE_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}"
+#define TFRING_ALL_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
 
 REGISTER_OP("TfringAllreduce")
     .Attr("T: " TFRING_REDUCIBLE_TYPES)

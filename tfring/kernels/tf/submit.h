@@ -32,8 +32,9 @@ using tensorflow::Tensor;
   } while (0)
 
 // Checks shared by every collective kernel; false (with the context failed) on error.
-inline bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
-                        DataType* dtype) {
+template <bool kOnGpu>
+bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
+                 DataType* dtype) {
   if (!GlobalRuntime::Get().initialized()) {
     ctx->SetStatus(absl::FailedPreconditionError(
         "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
@@ -43,6 +44,13 @@ inline bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Ten
     ctx->SetStatus(absl::InvalidArgumentError("tfring does not support dtype " +
                                               tensorflow::DataTypeString(t.dtype()) +
                                               " (tensor '" + name + "')"));
+    return false;
+  }
+  if (kOnGpu && (*dtype == DataType::kUInt16 || *dtype == DataType::kInt16)) {
+    ctx->SetStatus(absl::InvalidArgumentError(
+        std::string("tfring does not support dtype ") + DataTypeName(*dtype) +
+        " in GPU memory (NCCL has no 16-bit integers; place tensor '" + name +
+        "' on the CPU, or cast it)"));
     return false;
   }
   return true;

@@ -33,6 +33,8 @@ ncclDataType_t NcclType(DataType dtype) {
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
     case DataType::kBool: return ncclUint8;
+    case DataType::kUInt16:
+    case DataType::kInt16: break;  // NCCL has no 16-bit integers: the kernels refuse them
   }
   return ncclUint8;
 }
