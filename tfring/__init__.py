@@ -27,7 +27,8 @@ from tfring.collectives import (  # noqa: E402
 from tfring.compression import Compression  # noqa: E402
 from tfring.functions import (  # noqa: E402
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
-from tfring.gradient_tape import DistributedGradientTape  # noqa: E402
+from tfring.gradient_tape import (  # noqa: E402
+    DistributedGradientTape, PartialDistributedGradientTape)
 from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
@@ -54,7 +55,8 @@ __all__ = [
     "grouped_reducescatter", "alltoall", "broadcast", "broadcast_", "barrier", "join",
     "broadcast_variables", "allgather_object", "broadcast_object", "broadcast_object_fn",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "Compression", "DistributedOptimizer", "DistributedGradientTape", "SyncBatchNormalization",
+    "Compression", "DistributedOptimizer", "DistributedGradientTape",
+    "PartialDistributedGradientTape", "SyncBatchNormalization",
     "BroadcastGlobalVariablesHook", "broadcast_global_variables",
     "split_list", "vars_to_refs", "refs_to_vars", "handle_average_backwards_compatibility",
     "check_num_rank_power_of_2", "gpu_available",

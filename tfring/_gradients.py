@@ -15,8 +15,9 @@ import zlib
 
 import tensorflow as tf
 
-from tfring import collectives, runtime
+from tfring import collectives
 from tfring.compression import Compression
+from tfring.process_sets import global_process_set
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
 _AUTO_NUMBER = re.compile(r"_\d+(?=/|$)")
@@ -49,12 +50,45 @@ def gradient_names(kind, variables):
     return [f"{kind}.{digest:08x}.{label}" for label in labels]
 
 
-def _scale_factors(op, gradient_predivide_factor):
+def _scale_factors(op, gradient_predivide_factor, set_size):
     """(wire op, prescale, postscale): Horovod's split of the average around the sum."""
     if op == collectives.Average and gradient_predivide_factor != 1.0:
         return (collectives.Sum, 1.0 / gradient_predivide_factor,
-                gradient_predivide_factor / runtime.size())
+                gradient_predivide_factor / set_size)
     return op, 1.0, 1.0
+
+
+def resolve_groups(num_groups, groups):
+    """Horovod's deprecated `num_groups` (an int) stands for `groups` when that is None."""
+    if num_groups and groups is None:
+        return int(num_groups)
+    return groups
+
+
+class LocalVariables:
+    """Variables whose gradients stay local (Horovod's register_local_var/_source, and the
+    local_layers of the Partial wrappers): not reduced, and divided by the process set's size
+    when scale_local_gradients is on, as Horovod does."""
+
+    def __init__(self):
+        self._by_id = {}  # id -> variable (held, so that the id stays its own)
+
+    def add(self, variable):
+        self._by_id[id(variable)] = variable
+
+    def __contains__(self, variable):
+        return self._by_id.get(id(variable)) is variable
+
+    def __len__(self):
+        return len(self._by_id)
+
+
+def _scaled_local(grad, set_size):
+    if grad is None or set_size == 1:
+        return grad
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / set_size, grad.indices, grad.dense_shape)
+    return grad / tf.cast(set_size, grad.dtype)
 
 
 def _group_indices(groups, variables, count):
@@ -83,18 +117,36 @@ def _group_indices(groups, variables, count):
 
 def allreduce_gradients(grads, variables, *, op=collectives.Average,
                         compression=Compression.none, sparse_as_dense=False,
-                        gradient_predivide_factor=1.0, groups=None, kind="grad"):
-    """Returns `grads` reduced over all ranks (None stays None).
+                        gradient_predivide_factor=1.0, groups=None, kind="grad",
+                        process_set=global_process_set, local_variables=None,
+                        scale_local_gradients=True):
+    """Returns `grads` reduced over the ranks of `process_set` (None stays None).
 
     `kind` names the caller ("DistributedOptimizer", ...) in the tensor names.
 
     Dense gradients are allreduced (grouped as `groups` says); tf.IndexedSlices are
-    allgathered, or densified first with sparse_as_dense=True.
+    allgathered, or densified first with sparse_as_dense=True. Gradients of
+    `local_variables` (a LocalVariables) are not reduced (see LocalVariables).
     """
-    if runtime.size() == 1:
-        return list(grads)
-    wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor)
-    grads = list(grads)
+    grads, variables = list(grads), list(variables)
+    set_size = process_set.size()
+    if local_variables:
+        local = {i for i, v in enumerate(variables) if v in local_variables}
+        shared = [i for i in range(len(grads)) if i not in local]
+        if isinstance(groups, list):
+            groups = [[v for v in g if v not in local_variables] for g in groups]
+        reduced = allreduce_gradients(
+            [grads[i] for i in shared], [variables[i] for i in shared], op=op,
+            compression=compression, sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor, groups=groups, kind=kind,
+            process_set=process_set)
+        out = [_scaled_local(g, set_size) if scale_local_gradients else g for g in grads]
+        for i, r in zip(shared, reduced):
+            out[i] = r
+        return out
+    if set_size == 1:
+        return grads
+    wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor, set_size)
     names = gradient_names(kind, variables)
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
@@ -109,7 +161,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
             reduced = collectives.allreduce(
                 tf.IndexedSlices(values, g.indices, g.dense_shape),
                 op=op if prescale == 1.0 else collectives.Sum,
-                name=names[i])
+                name=names[i], process_set=process_set)
             if prescale != 1.0:
                 reduced = tf.IndexedSlices(reduced.values * postscale, reduced.indices,
                                            reduced.dense_shape)
@@ -120,7 +172,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         sent, ctxs = zip(*(compression.compress(grads[i]) for i in members))
         reduced = collectives.grouped_allreduce(
             list(sent), op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
-            name=f"{names[members[0]]}.group{k}")
+            name=f"{names[members[0]]}.group{k}", process_set=process_set)
         for i, r, c in zip(members, reduced, ctxs):
             out[i] = compression.decompress(r, c)
     for j in alone:
@@ -128,6 +180,6 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         sent, ctx = compression.compress(grads[i])
         reduced = collectives.allreduce(
             sent, op=wire_op, prescale_factor=prescale, postscale_factor=postscale,
-            name=names[i])
+            name=names[i], process_set=process_set)
         out[i] = compression.decompress(reduced, ctx)
     return out

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tfring import _accumulation, _gradients, collectives
 from tfring.compression import Compression
+from tfring.process_sets import global_process_set
 
 # Tapes are made anew each step, but the sums of backward_passes_per_step > 1 must outlive
 # them: they are kept per list of variables (and options).
@@ -41,7 +42,10 @@ class DistributedGradientTape:
     """Wraps a tf.GradientTape: gradient() returns gradients reduced over all ranks.
 
     Args: Horovod's (see tfring.DistributedOptimizer). `device_dense`/`device_sparse` are
-    accepted for compatibility. backward_passes_per_step=N > 1: gradient() adds to local
+    accepted for compatibility; `num_groups` is Horovod's older name for an int `groups`;
+    `process_set`: reduce over its ranks only; `scale_local_gradients`: divide the
+    gradients of sources registered with register_local_source (not reduced) by the set's
+    size, as Horovod does. backward_passes_per_step=N > 1: gradient() adds to local
     sums kept across tapes (per list of sources) and returns them reduced over ranks every
     Nth call, zeros on the others; `apply_gradients(optimizer, ...)` applies on those
     update steps only. average_aggregated_gradients=True divides the sums by N.
@@ -49,18 +53,28 @@ class DistributedGradientTape:
 
     def __init__(self, gradtape, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, op=collectives.Average,
-                 gradient_predivide_factor=1.0, groups=None, backward_passes_per_step=1,
-                 average_aggregated_gradients=False, persistent=False,
-                 watch_accessed_variables=True):
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 process_set=global_process_set, scale_local_gradients=True,
+                 backward_passes_per_step=1, average_aggregated_gradients=False,
+                 persistent=False, watch_accessed_variables=True):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
         self._tape = gradtape
         self._passes = int(backward_passes_per_step)
         self._average_passes = average_aggregated_gradients
         self._is_update = None
+        self._local_sources = _gradients.LocalVariables()
+        self.process_set = process_set
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
-                                    groups=groups)
+                                    groups=_gradients.resolve_groups(num_groups, groups),
+                                    process_set=process_set,
+                                    local_variables=self._local_sources,
+                                    scale_local_gradients=scale_local_gradients)
+
+    def register_local_source(self, source):
+        """Horovod's: `source`'s gradient stays this rank's own (not reduced over ranks)."""
+        self._local_sources.add(source)
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         """The wrapped tape's gradients, reduced over ranks; same structure as `sources`."""
@@ -97,9 +111,49 @@ class DistributedGradientTape:
         return _accumulation.apply_on_update_step(
             self._is_update, lambda: optimizer.apply_gradients(grads_and_vars))
 
+    def __enter__(self):
+        # `with tfring.DistributedGradientTape(tf.GradientTape()) as tape:` records on the
+        # wrapped tape, as with Horovod's (a GradientTape subclass).
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        return self._tape.__exit__(*exc_info)
+
     def __getattr__(self, name):
         # watch, stop_recording, reset, jacobian, ...: the wrapped tape's. (Only called for
         # names not found on self; _tape itself must not recurse when it is missing.)
         if name == "_tape":
             raise AttributeError(name)
         return getattr(self._tape, name)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=collectives.Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """A DistributedGradientTape that leaves the gradients of `local_layers` (Keras layers:
+    one, or a list) unreduced, as Horovod's: each rank trains those layers on its own data.
+
+    Their gradients are divided by the process set's size when scale_local_gradients is on.
+    """
+    layers = _local_layers(local_layers)
+    tape = DistributedGradientTape(
+        gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+        gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for layer in layers:
+        for variable in layer.trainable_weights:
+            tape.register_local_source(variable)
+    return tape
+
+
+def _local_layers(local_layers):
+    """`local_layers` as a list of layers (anything with trainable_weights), checked."""
+    if local_layers is None:
+        return []
+    layers = [local_layers] if hasattr(local_layers, "trainable_weights") else list(local_layers)
+    for layer in layers:
+        if not hasattr(layer, "trainable_weights"):
+            raise ValueError(f"local_layers must be Keras layers; got {type(layer).__name__}")
+    return layers

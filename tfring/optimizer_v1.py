@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from tfring import _accumulation, _gradients, collectives, functions
 from tfring.compression import Compression
+from tfring.process_sets import global_process_set
 
 
 class DistributedOptimizer(tf.compat.v1.train.Optimizer):
@@ -21,7 +22,10 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     apply_gradients and minimize work as with the wrapped optimizer.
 
     Args: Horovod's. `device_dense`/`device_sparse` are accepted for compatibility (tfring
-    places collectives with their inputs). With backward_passes_per_step=N > 1, each
+    places collectives with their inputs); `num_groups` is Horovod's older name for an int
+    `groups`; `process_set` reduces over its ranks only; variables given to
+    register_local_var keep their local gradients (divided by the set's size when
+    scale_local_gradients is on, as Horovod). With backward_passes_per_step=N > 1, each
     session run adds its gradients to local sums; every Nth run compute_gradients returns
     the sums reduced over ranks (zeros on the other runs) and apply_gradients applies
     them, so the wrapped optimizer and `global_step` advance once per N runs (count
@@ -33,19 +37,27 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  device_sparse="", compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, op=collectives.Average,
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 groups=None):
+                 num_groups=0, groups=None, process_set=global_process_set,
+                 scale_local_gradients=True):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
         self._optimizer = optimizer
         self._passes = int(backward_passes_per_step)
         self._average_passes = average_aggregated_gradients
         self._accumulators = {}  # graph -> GradientAccumulator
         self._update_steps = {}  # graph -> the bool tensor of the last compute_gradients
+        self._local_vars = _gradients.LocalVariables()
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
-                                    groups=groups)
+                                    groups=_gradients.resolve_groups(num_groups, groups),
+                                    process_set=process_set, local_variables=self._local_vars,
+                                    scale_local_gradients=scale_local_gradients)
         name = name or f"Distributed{type(optimizer).__name__}"
         super().__init__(name=name, use_locking=use_locking)
+
+    def register_local_var(self, var):
+        """Horovod's: `var`'s gradient stays this rank's own (not reduced over ranks)."""
+        self._local_vars.add(var)
 
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's (gradient, variable) pairs, gradients reduced over ranks."""

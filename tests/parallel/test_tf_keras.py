@@ -149,3 +149,13 @@ def test_sync_batch_normalization_uses_the_global_batch(rank, size):
         np.sqrt(everything.var(0) + 1e-3)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.moving_mean.numpy(), 0.5 * everything.mean(0), rtol=1e-5)
+
+
+def test_register_local_var_on_a_tf_keras_optimizer(rank, size):
+    w, v = tf.Variable([0.0]), tf.Variable([0.0])
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0))
+    opt.register_local_var(w)  # Horovod's: w's gradient stays local (divided by size)
+    g = tf.constant([float(rank + 1)])
+    opt.apply_gradients([(g, w), (g, v)])
+    np.testing.assert_allclose(w.numpy(), [-(rank + 1) / size])
+    np.testing.assert_allclose(v.numpy(), [-np.mean(np.arange(1, size + 1))])

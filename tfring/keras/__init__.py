@@ -24,7 +24,7 @@ from tfring.keras import callbacks  # noqa: F401
 from tfring.keras._values import allgather, allreduce, broadcast, reducescatter  # noqa: F401
 from tfring.keras.optimizer import (  # noqa: F401
     DistributedKerasOptimizer, DistributedLossScaleOptimizer, DistributedOptimizer,
-    broadcast_global_variables, load_model)
+    PartialDistributedOptimizer, broadcast_global_variables, load_model)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
@@ -33,7 +33,8 @@ __all__ = [
     "mpi_threads_supported", "start_timeline", "stop_timeline",
     "Average", "Sum", "Min", "Max", "Product", "Compression",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "DistributedOptimizer", "DistributedKerasOptimizer", "DistributedLossScaleOptimizer",
+    "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedKerasOptimizer",
+    "DistributedLossScaleOptimizer",
     "load_model", "broadcast_global_variables",
     "allreduce", "allgather", "broadcast", "reducescatter", "callbacks",
     "is_version_greater_equal_than",

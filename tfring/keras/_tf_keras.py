@@ -47,14 +47,20 @@ def _innermost(optimizer):
 
 
 def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
-               gradient_predivide_factor, average_aggregated_gradients, groups):
-    """Hooks `optimizer` (in place) to reduce its gradients over ranks; returns it."""
+               gradient_predivide_factor, average_aggregated_gradients, groups, process_set,
+               scale_local_gradients):
+    """Hooks `optimizer` (in place) to reduce its gradients over ranks; returns it. It also
+    gets Horovod's `register_local_var(var)`."""
     _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
     if is_distributed(optimizer):
         raise ValueError("This tf_keras optimizer is already distributed by tfring; wrap it "
                          "once.")
+    local_vars = _gradients.LocalVariables()
     options = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
-                   gradient_predivide_factor=gradient_predivide_factor, groups=groups)
+                   gradient_predivide_factor=gradient_predivide_factor, groups=groups,
+                   process_set=process_set, local_variables=local_vars,
+                   scale_local_gradients=scale_local_gradients)
+    optimizer.register_local_var = local_vars.add
     target = _innermost(optimizer)
     hook = "aggregate_gradients" if hasattr(target, "aggregate_gradients") else \
         "_aggregate_gradients"

@@ -47,7 +47,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from tfring import collectives, functions, runtime
+from tfring import _gradients, collectives, functions, runtime
 from tfring.keras import _values, _xla
 
 # Resolved now: Keras 3 normally, tf_keras when TF_USE_LEGACY_KERAS=1 was set before import.
@@ -204,14 +204,22 @@ class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback
     Args:
         root_rank: the rank whose values every rank receives.
         device: a device for the broadcast (`tf.device` string); '' leaves TF's placement.
+        local_variables: model variables (one, or a list) each rank keeps its own values of,
+            as Horovod's: those of local layers (PartialDistributedOptimizer).
 
     Example:
         >>> model.fit(x, y, callbacks=[
         ...     tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0)])
     """
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
+        self.local_variables = _gradients.LocalVariables()
+        if local_variables is not None:
+            listed = local_variables if isinstance(local_variables, (list, tuple)) else \
+                [local_variables]
+            for v in listed:
+                self.local_variables.add(v)
         if isinstance(root_rank, bool) or not isinstance(root_rank, numbers.Integral):
             raise ValueError(f"`root_rank` must be an integer rank. Received: "
                              f"root_rank={root_rank!r}")
@@ -241,8 +249,8 @@ class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback
         with device:
             if model and self._model_pending:
                 functions.broadcast_variables(
-                    self.model.variables, self.root_rank,
-                    name="BroadcastGlobalVariablesCallback.model")
+                    [v for v in self.model.variables if v not in self.local_variables],
+                    self.root_rank, name="BroadcastGlobalVariablesCallback.model")
                 self._model_pending = False
             if optimizer and self._optimizer_pending:
                 functions.broadcast_variables(

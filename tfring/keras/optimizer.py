@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tfring import _accumulation, _gradients, collectives, optimizer_v1
 from tfring.compression import Compression
+from tfring.process_sets import global_process_set
 from tfring.keras import _tf_keras, _xla
 
 _KIND = "keras.DistributedOptimizer"
@@ -30,9 +31,10 @@ _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
-                         backward_passes_per_step=1, op=collectives.Average,
-                         gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         groups=None):
+                         gradient_predivide_factor=1.0, op=collectives.Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True):
     """Wraps a Keras optimizer so that `model.fit` averages gradients over all ranks.
 
     Args:
@@ -47,7 +49,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         gradient_predivide_factor: divide by this before the sum, by size/this after.
         average_aggregated_gradients: with N > 1, divide the sum by N (the update then
             equals one step on an N times larger batch).
+        num_groups: Horovod's older name for an int `groups`.
         groups: an int (that many fused groups) or lists of variables reduced together.
+        process_set: reduce over the ranks of this tfring.ProcessSet only.
+        scale_local_gradients: divide the gradients of variables given to
+            `register_local_var` (which are not reduced) by the set's size, as Horovod.
 
     Returns:
         A DistributedKerasOptimizer (a DistributedLossScaleOptimizer for a
@@ -61,7 +67,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     options = dict(name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                    backward_passes_per_step=backward_passes_per_step, op=op,
                    gradient_predivide_factor=gradient_predivide_factor,
-                   average_aggregated_gradients=average_aggregated_gradients, groups=groups)
+                   average_aggregated_gradients=average_aggregated_gradients,
+                   groups=_gradients.resolve_groups(num_groups, groups), process_set=process_set,
+                   scale_local_gradients=scale_local_gradients)
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError(f"The optimizer '{optimizer.name}' is already a tfring "
                          "DistributedOptimizer; wrap the inner optimizer once.")
@@ -80,21 +88,55 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                     f"tf_keras with TF_USE_LEGACY_KERAS=1). Received: {type(optimizer)!r}")
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=collectives.Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set,
+                                scale_local_gradients=True, local_layers=None):
+    """A DistributedOptimizer that leaves the gradients of `local_layers` (Keras layers:
+    one, or a list) unreduced, as Horovod's: each rank trains those layers on its own data
+    (their gradients divided by the set's size when scale_local_gradients is on). Give the
+    same layers' variables to BroadcastGlobalVariablesCallback(local_variables=...) to keep
+    their initial values local too."""
+    from tfring.gradient_tape import _local_layers
+    layers = _local_layers(local_layers)
+    distributed = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in layers:
+        for variable in layer.trainable_weights:
+            distributed.register_local_var(variable)
+    return distributed
+
+
 class _DistributedMixin:
     """What both Keras 3 wrappers share: options, accumulation, and reduce-then-apply."""
 
     def _init_distributed(self, compression, sparse_as_dense, backward_passes_per_step, op,
-                          gradient_predivide_factor, average_aggregated_gradients, groups):
+                          gradient_predivide_factor, average_aggregated_gradients, groups,
+                          process_set=global_process_set, scale_local_gradients=True):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
         if isinstance(compression, str):
             compression = _COMPRESSIONS[compression]
+        self._local_vars = _gradients.LocalVariables()
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
                                     gradient_predivide_factor=gradient_predivide_factor,
-                                    groups=groups)
+                                    groups=groups, process_set=process_set,
+                                    local_variables=self._local_vars,
+                                    scale_local_gradients=scale_local_gradients)
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self._accumulator = None
+
+    def register_local_var(self, var):
+        """Horovod's: `var`'s gradient stays this rank's own (not reduced over ranks)."""
+        self._local_vars.add(var)
 
     def _build_distributed(self, var_list):
         if self.backward_passes_per_step == 1 or self._accumulator is not None:
@@ -163,12 +205,14 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
     def __init__(self, inner_optimizer, name=None, compression=Compression.none,
                  sparse_as_dense=False, backward_passes_per_step=1, op=collectives.Average,
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 groups=None, **kwargs):
+                 groups=None, process_set=global_process_set, scale_local_gradients=True,
+                 **kwargs):
         super().__init__(learning_rate=0.0,
                          name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
         self.inner_optimizer = inner_optimizer
         self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
-                               gradient_predivide_factor, average_aggregated_gradients, groups)
+                               gradient_predivide_factor, average_aggregated_gradients, groups,
+                               process_set, scale_local_gradients)
 
     def build(self, var_list):
         self.inner_optimizer.build(var_list)
@@ -226,12 +270,14 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
                  name=None, compression=Compression.none, sparse_as_dense=False,
                  backward_passes_per_step=1, op=collectives.Average,
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                 groups=None, **kwargs):
+                 groups=None, process_set=global_process_set, scale_local_gradients=True,
+                 **kwargs):
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps,
                          name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
         self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
-                               gradient_predivide_factor, average_aggregated_gradients, groups)
+                               gradient_predivide_factor, average_aggregated_gradients, groups,
+                               process_set, scale_local_gradients)
 
     def build(self, var_list):
         super().build(var_list)
