@@ -159,3 +159,21 @@ def test_register_local_var_on_a_tf_keras_optimizer(rank, size):
     opt.apply_gradients([(g, w), (g, v)])
     np.testing.assert_allclose(w.numpy(), [-(rank + 1) / size])
     np.testing.assert_allclose(v.numpy(), [-np.mean(np.arange(1, size + 1))])
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["optimizers", "legacy"])
+def test_horovod_optimizer_hooks_compute_and_aggregate(legacy, rank, size):
+    # Horovod scripts on tf_keras call these private hooks: _compute_gradients with a tape
+    # returns reduced gradients, which apply_gradients then applies without reducing again.
+    sgd = keras.optimizers.legacy.SGD if legacy else keras.optimizers.SGD
+    w = tf.Variable([1.0])
+    opt = hvd.DistributedOptimizer(sgd(1.0))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * float(rank + 1))
+    pairs = opt._compute_gradients(loss, [w], tape=tape)
+    mean = np.mean(np.arange(1, size + 1))
+    np.testing.assert_allclose(pairs[0][0].numpy(), [mean])
+    opt.apply_gradients(pairs)
+    np.testing.assert_allclose(w.numpy(), [1.0 - mean])
+    again = opt._aggregate_gradients([(tf.constant([float(rank)]), w)])
+    np.testing.assert_allclose(again[0][0].numpy(), [np.mean(np.arange(size))])

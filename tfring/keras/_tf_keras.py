@@ -65,17 +65,38 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     hook = "aggregate_gradients" if hasattr(target, "aggregate_gradients") else \
         "_aggregate_gradients"
 
+    reduced_already = []  # gradients _compute_gradients returned reduced (held: ids stay)
+
     def aggregate(grads_and_vars):
         _xla.check_not_in_xla("tfring.keras.DistributedOptimizer (tf_keras)")
         grads_and_vars = list(grads_and_vars)
         if not grads_and_vars:
             return grads_and_vars
         grads, variables = zip(*grads_and_vars)
+        if reduced_already and all(any(g is r for r in reduced_already)
+                                   for g in grads if g is not None):
+            reduced_already.clear()  # from _compute_gradients: reduced once is enough
+            return grads_and_vars
         reduced = _gradients.allreduce_gradients(
             grads, variables, kind="keras.DistributedOptimizer", **options)
         return list(zip(reduced, variables))
 
+    local_compute = getattr(target, "_compute_gradients", None)
+
+    def compute_gradients(loss, var_list, grad_loss=None, tape=None):
+        # Horovod's hook: the (gradient, variable) pairs with gradients reduced over ranks;
+        # apply_gradients on them then does not reduce them again.
+        if local_compute is not None:
+            pairs = local_compute(loss, var_list, grad_loss=grad_loss, tape=tape)
+        else:
+            pairs = target.compute_gradients(loss, var_list, tape=tape)
+        reduced = aggregate(pairs)
+        reduced_already[:] = [g for g, _ in reduced if g is not None]
+        return reduced
+
     setattr(target, hook, aggregate)
+    target._aggregate_gradients = aggregate
+    target._compute_gradients = compute_gradients
     if int(backward_passes_per_step) > 1:
         _hook_accumulation(optimizer, int(backward_passes_per_step),
                            average_aggregated_gradients)
