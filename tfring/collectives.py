@@ -61,6 +61,16 @@ def _check_dtype(tensor, allowed, what, name):
                         f"'{name}'). Supported dtypes: {names}.")
 
 
+def _run_op(op, naming_, *args, **attrs):
+    """Creates (eagerly: runs) the library's op `op`, named as `naming_` (tfring.naming)
+    says, and records that it exists."""
+    out = getattr(_library.ops(), op)(
+        *args, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
+        eager=tf.executing_eagerly(), name=naming_.op_name, **attrs)
+    naming.created(naming_)
+    return out
+
+
 def _device(device):
     """Horovod's device_dense / device_sparse: where the op is placed ('' leaves it to TF)."""
     return tf.device(device) if device else contextlib.nullcontext()
@@ -133,12 +143,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         sent, ctx = compression.compress(tensor)
         naming_ = naming.op_naming("allreduce", name, sent, ignore_name_scope)
         _check_dtype(sent, _REDUCIBLE, "allreduce", naming_.display)
-        reduced = _library.ops().tfring_allreduce(
-            sent, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
-            call_site=naming_.call_site, cacheable=naming_.cacheable,
-            eager=tf.executing_eagerly(), name=naming_.op_name,
-            **process_set._op_kwargs("tfring.allreduce"))
+        reduced = _run_op("tfring_allreduce", naming_, sent, reduce_op=op,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          cacheable=naming_.cacheable,
+                          **process_set._op_kwargs("tfring.allreduce"))
         return compression.decompress(reduced, ctx)
 
 
@@ -183,12 +191,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         naming_ = naming.op_naming("grouped_allreduce", name, sent, ignore_name_scope)
         for i, t in enumerate(sent):
             _check_dtype(t, _REDUCIBLE, "grouped_allreduce", f"{naming_.display}.{i}")
-        reduced = _library.ops().tfring_grouped_allreduce(
-            sent, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
-            call_site=naming_.call_site, cacheable=naming_.cacheable,
-            eager=tf.executing_eagerly(), name=naming_.op_name,
-            **process_set._op_kwargs("tfring.grouped_allreduce"))
+        reduced = _run_op("tfring_grouped_allreduce", naming_, sent, reduce_op=op,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          cacheable=naming_.cacheable,
+                          **process_set._op_kwargs("tfring.grouped_allreduce"))
         return [compression.decompress(r, c[1]) for r, c in zip(reduced, compressed)]
 
 
@@ -211,10 +217,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     naming_ = naming.op_naming("allgather", name, tensor, ignore_name_scope)
     _check_dtype(tensor, _GATHERABLE, "allgather", naming_.display)
     _check_not_scalar(tensor, "allgather", naming_.display)
-    return _library.ops().tfring_allgather(
-        tensor, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
-        eager=tf.executing_eagerly(), name=naming_.op_name,
-        **process_set._op_kwargs("tfring.allgather"))
+    return _run_op("tfring_allgather", naming_, tensor,
+                   **process_set._op_kwargs("tfring.allgather"))
 
 
 @_clean_eager_errors
@@ -231,10 +235,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     for i, t in enumerate(tensors):
         _check_dtype(t, _GATHERABLE, "grouped_allgather", f"{naming_.display}.{i}")
         _check_not_scalar(t, "grouped_allgather", f"{naming_.display}.{i}")
-    return _library.ops().tfring_grouped_allgather(
-        tensors, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
-        eager=tf.executing_eagerly(), name=naming_.op_name,
-        **process_set._op_kwargs("tfring.grouped_allgather"))
+    return _run_op("tfring_grouped_allgather", naming_, tensors,
+                   **process_set._op_kwargs("tfring.grouped_allgather"))
 
 
 @_clean_eager_errors
@@ -258,12 +260,10 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         naming_ = naming.op_naming("reducescatter", name, sent, ignore_name_scope)
         _check_dtype(sent, _REDUCIBLE, "reducescatter", naming_.display)
         _check_not_scalar(sent, "reducescatter", naming_.display)
-        scattered = _library.ops().tfring_reducescatter(
-            sent, reduce_op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
-            call_site=naming_.call_site, cacheable=naming_.cacheable,
-            eager=tf.executing_eagerly(), name=naming_.op_name,
-            **process_set._op_kwargs("tfring.reducescatter"))
+        scattered = _run_op("tfring_reducescatter", naming_, sent, reduce_op=op,
+                            prescale_factor=prescale_factor,
+                            postscale_factor=postscale_factor, cacheable=naming_.cacheable,
+                            **process_set._op_kwargs("tfring.reducescatter"))
         return compression.decompress(scattered, ctx)
 
 
@@ -317,10 +317,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     naming_ = naming.op_naming("alltoall", name, tensor, ignore_name_scope)
     _check_dtype(tensor, _GATHERABLE, "alltoall", naming_.display)
     _check_not_scalar(tensor, "alltoall", naming_.display)
-    received, received_splits = _library.ops().tfring_alltoall(
-        tensor, tf.cast(tf.convert_to_tensor(splits), tf.int64),
-        tensor_name=naming_.tensor_name, call_site=naming_.call_site,
-        eager=tf.executing_eagerly(), name=naming_.op_name,
+    received, received_splits = _run_op(
+        "tfring_alltoall", naming_, tensor, tf.cast(tf.convert_to_tensor(splits), tf.int64),
         **process_set._op_kwargs("tfring.alltoall"))
     if not splits_given:
         return received
@@ -335,10 +333,8 @@ def barrier(name=None, process_set=global_process_set):
     the op runs in program order by itself).
     """
     naming_ = naming.op_naming("barrier", name)
-    op = _library.ops().tfring_barrier(
-        tensor_name=naming_.tensor_name, call_site=naming_.call_site,
-        cacheable=naming_.cacheable, eager=tf.executing_eagerly(), name=naming_.op_name,
-        **process_set._op_kwargs("tfring.barrier"))
+    op = _run_op("tfring_barrier", naming_, cacheable=naming_.cacheable,
+                 **process_set._op_kwargs("tfring.barrier"))
     return None if tf.executing_eagerly() or tf.inside_function() else op
 
 
@@ -371,8 +367,5 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     naming_ = naming.op_naming("broadcast", name, tensor, ignore_name_scope)
     _check_dtype(tensor, _GATHERABLE, "broadcast", naming_.display)
     _check_root(root_rank, process_set)
-    return _library.ops().tfring_broadcast(
-        tensor, root_rank=root_rank, tensor_name=naming_.tensor_name,
-        call_site=naming_.call_site, cacheable=naming_.cacheable,
-        eager=tf.executing_eagerly(), name=naming_.op_name,
-        **process_set._op_kwargs("tfring.broadcast"))
+    return _run_op("tfring_broadcast", naming_, tensor, root_rank=root_rank,
+                   cacheable=naming_.cacheable, **process_set._op_kwargs("tfring.broadcast"))

@@ -5,11 +5,14 @@ tfring pairs the tensors of different ranks by name. Where a name comes from:
 - `name=` given: used as it is. Pass it when ranks may call collectives in different
   orders (threads, data-dependent branches).
 - An unnamed op built into a graph (inside tf.function, or a TF1 graph) is named after the
-  graph, as Horovod does: "Tfring<Op>_<input tensor's name>" (grouped ops: first and last), made unique within that graph
-  the way TensorFlow makes op names unique, under the current name scope (unless
-  `ignore_name_scope=True`). The name depends on the graph being built, never on what the
-  process did before: a rank that retraced a function (a shorter last batch) or built
-  another graph first still agrees with the others on every later op.
+  graph, as Horovod does: "<name scope>/Tfring<Op>_<input tensor's name>" (grouped ops:
+  first and last input; no scope with `ignore_name_scope=True`), with ".<k>" added to the
+  k-th further op of that name in the same graph. The numbers TensorFlow and Keras append
+  per process ("sequential_3/dense_12/MatMul_1") are left out: they count what the process
+  built before, so a rank that made one more layer or op has other numbers. Ops they told
+  apart are told apart by k instead, in the order the graph is built. So the name depends
+  on the graph being built, never on the process's history: a rank that retraced a function
+  (a shorter last batch) or built another graph or model first still agrees with the others.
 - An unnamed eager call is named by the runtime when it is queued: "unnamed.<n>", n
   counting the unnamed eager calls of its process set since init(). So ranks pair such
   calls in the order they make them, as Horovod does. A call that fails before it is queued
@@ -24,15 +27,16 @@ import importlib.util
 import os
 import re
 import sys
+import weakref
 
 import tensorflow as tf
 
 # What an op is given: `tensor_name` for its attribute ("" = named by the runtime),
 # `cacheable` (whether the name recurs, so its negotiation can be cached), `call_site`,
-# `op_name` (the TF node name to create it under in a graph; None eagerly) and `display`
-# (what messages call it before it is queued).
-OpNaming = collections.namedtuple("OpNaming",
-                                  "tensor_name cacheable call_site op_name display")
+# `op_name` (the TF node name to create it under in a graph; None eagerly), `display` (what
+# messages call it before it is queued) and `graph_key` (in a graph: what created() counts).
+OpNaming = collections.namedtuple(
+    "OpNaming", "tensor_name cacheable call_site op_name display graph_key")
 
 
 def _package_dir(module_name):
@@ -58,33 +62,55 @@ def call_site():
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def _normalize(name):
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+# "_12" suffixes of name components: TF's per-graph and Keras's per-process numbering.
+_AUTO_NUMBERS = re.compile(r"(_\d+)+(?=/|:|$)")
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _stable(name):
+    return _AUTO_NUMBERS.sub("", name)
 
 
 def _camel(kind):
     return "".join(part.capitalize() for part in kind.split("_"))
 
 
+# Per graph: how many ops of each name it has (so the k-th gets ".<k>").
+_GRAPH_COUNTS = weakref.WeakKeyDictionary()
+
+
 def op_naming(kind, name=None, inputs=(), ignore_name_scope=False):
     """How to name one op of collective `kind` ("allreduce", "grouped_allgather", ...)
-    whose inputs are `inputs` (a tensor, or a list for grouped ops; in a graph their
-    first and last tensors' names make the op's)."""
+    whose inputs are `inputs` (a tensor, or a list for grouped ops). In a graph, call
+    created() once the op exists."""
     if name is not None:
-        return OpNaming(str(name), True, "", None, str(name))
+        return OpNaming(str(name), True, "", None, str(name), None)
     if tf.executing_eagerly():
         site = call_site()
         display = f"unnamed {kind} at {site}" if site else f"unnamed {kind}"
-        return OpNaming("", False, site, None, display)
+        return OpNaming("", False, site, None, display, None)
     base = f"Tfring{_camel(kind)}"
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if inputs:
         ends = inputs[:1] + inputs[-1:] if len(inputs) > 1 else inputs
-        base += "_" + "_".join(_normalize(t.name) for t in ends)
-    unique = tf.compat.v1.get_default_graph().unique_name(base, mark_as_used=False)
-    if ignore_name_scope:
-        unique = unique.rsplit("/", 1)[-1]
-    return OpNaming(unique, True, "", base, unique)
+        base += "_" + "_".join(_UNSAFE.sub("_", _stable(t.name)) for t in ends)
+    graph = tf.compat.v1.get_default_graph()
+    scope = "" if ignore_name_scope else _stable(graph.get_name_scope())
+    key = f"{scope}/{base}" if scope else base
+    taken = _GRAPH_COUNTS.get(graph, {}).get(key, 0)
+    unique = key if taken == 0 else f"{key}.{taken}"
+    return OpNaming(unique, True, "", base, unique, (graph, key))
+
+
+def created(naming):
+    """Records that the op named by `naming` now exists in its graph: the next op of the
+    same name there gets the next number. Not called for an op that failed its checks, so
+    such a failure on one rank shifts no later name."""
+    if naming.graph_key is None:
+        return
+    graph, key = naming.graph_key
+    counts = _GRAPH_COUNTS.setdefault(graph, {})
+    counts[key] = counts.get(key, 0) + 1
 
 
 def sub_name(name, suffix):

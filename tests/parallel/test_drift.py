@@ -137,3 +137,30 @@ def test_threads_with_names_still_pair_by_name(rank, size):
     for t in threads:
         t.join()
     assert results == {t: _sum_of_ranks(size) for t in "abc"}
+
+
+def test_keras_layers_numbered_differently_on_one_rank_still_pair(rank, size):
+    # Keras numbers layers per process: rank 0 made extra layers first (an eval model, say),
+    # so its "dense_N" differ from the others'. Unnamed allreduces of the gradients inside
+    # tf.function still pair, because their names leave those numbers out.
+    import keras
+    for _ in range(3 if rank == 0 else 0):
+        keras.layers.Dense(1)
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        return [tfring.allreduce(g, op=tfring.Sum)
+                for g in tape.gradient(loss, model.trainable_variables)]
+
+    x = tf.fill([1, 2], float(rank + 1))
+    got = step(x)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x))
+    mine = tape.gradient(loss, model.trainable_variables)
+    for g, m in zip(got, mine):
+        want = tfring.allreduce(m, op=tfring.Sum)  # eagerly, paired in call order
+        np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-6)

@@ -1,5 +1,7 @@
 """How unnamed ops are named: from the graph in graphs (as Horovod), by the runtime eagerly."""
 
+import re
+
 import tensorflow as tf
 
 import tfring
@@ -33,10 +35,35 @@ def test_graph_names_come_from_the_graph_not_the_process_history():
                "TfringBroadcast"):
         assert _tensor_names(first, op) == _tensor_names(second, op)
     assert _tensor_names(first, "TfringAllreduce") == [
-        "scope/TfringAllreduce_x_0", "scope/TfringAllreduce_x_0_1"]
+        "scope/TfringAllreduce_x_0", "scope/TfringAllreduce_x_0.1"]
     assert _tensor_names(first, "TfringAllgather") == ["TfringAllgather_x_0"]
-    assert _tensor_names(first, "TfringGroupedAllreduce")[0].startswith(
-        "TfringGroupedAllreduce_x_0_mul_0")
+    assert _tensor_names(first, "TfringGroupedAllreduce") == [
+        "TfringGroupedAllreduce_x_0_mul_0"]
+
+
+def test_graph_names_leave_out_per_process_numbers():
+    # Keras numbers layers per process ("dense_7"); a rank that made more layers before has
+    # other numbers, and TF numbers ops per graph ("MatMul_1"): neither enters the name.
+    import keras
+
+    def names_after(extra_layers):
+        for _ in range(extra_layers):
+            keras.layers.Dense(1)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2),
+                                  keras.layers.Dense(1)])
+
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(model(x))
+            return [tfring.allreduce(g) for g in tape.gradient(loss, model.trainable_variables)]
+
+        return _tensor_names(step.get_concrete_function(tf.TensorSpec([1, 2])).graph,
+                             "TfringAllreduce")
+
+    first, second = names_after(0), names_after(3)
+    assert first == second and len(set(first)) == 4, (first, second)
+    assert not any(re.search(r"(dense|sequential)_\d|MatMul_[1-9]", n) for n in first), first
 
 
 def test_a_retraced_function_gets_the_same_names():
