@@ -95,6 +95,11 @@ TFRING_TEST(Negotiator, DriftedUnnamedCallsNameEachRanksCall) {
   EXPECT_FALSE(NegotiateOne({c, d}).error.find("drifted") != std::string::npos);
 }
 
+TFRING_TEST(Negotiator, StallWarningSaysWhatHappensNext) {
+  EXPECT_CONTAINS(StallShutdownNote(600), "TFRING_STALL_SHUTDOWN_TIME_SECONDS=600 s");
+  EXPECT_CONTAINS(StallShutdownNote(0), "wait for ever");
+}
+
 TFRING_TEST(Negotiator, ValidationMessagesNameTensorRanksAndValues) {
   Request base = Allreduce("grad/dense_1", {17, 3});
   Request other = base;

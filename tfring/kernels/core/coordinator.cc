@@ -528,21 +528,6 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   return Status::OK();
 }
 
-namespace {
-
-// What the stall warning says will happen next.
-std::string StallShutdownNote(double shutdown_seconds) {
-  if (shutdown_seconds <= 0) {
-    return "TFRING_STALL_SHUTDOWN_TIME_SECONDS=0: they will wait for ever.";
-  }
-  return "If they are still stalled after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
-         std::to_string(static_cast<int64_t>(shutdown_seconds)) +
-         " s, every rank fails its ops and tfring stops (raise it, or 0 to wait for ever, when "
-         "one rank legitimately works alone that long).";
-}
-
-}  // namespace
-
 void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
   if (options_.stall_shutdown_time_seconds > 0 &&
       !negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now).empty()) {

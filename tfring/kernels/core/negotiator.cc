@@ -1,5 +1,6 @@
 #include "tfring/kernels/core/negotiator.h"
 
+#include <cstdint>
 #include <sstream>
 
 #include "tfring/kernels/common/logging.h"
@@ -236,6 +237,16 @@ std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled) {
          std::to_string(static_cast<int>(t.waited_seconds)) + " s)";
   }
   return s;
+}
+
+std::string StallShutdownNote(double shutdown_seconds) {
+  if (shutdown_seconds <= 0) {
+    return "TFRING_STALL_SHUTDOWN_TIME_SECONDS=0: they will wait for ever.";
+  }
+  return "If they are still stalled after TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
+         std::to_string(static_cast<int64_t>(shutdown_seconds)) +
+         " s, every rank fails its ops and tfring stops (raise it, or 0 to wait for ever, when "
+         "one rank legitimately works alone that long).";
 }
 
 }  // namespace tfring

@@ -91,4 +91,7 @@ std::string JoinedProblem(const Response& r);
 // "'grad/w' (submitted by ranks [0]; missing on ranks [1]; waiting 61 s)".
 std::string DescribeStalled(const std::vector<Negotiator::Stalled>& stalled);
 
+// What the stall warning says happens next, given TFRING_STALL_SHUTDOWN_TIME_SECONDS.
+std::string StallShutdownNote(double shutdown_seconds);
+
 }  // namespace tfring
