@@ -3,7 +3,7 @@
 Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks; NCCL at one rank
 per GPU, skipped with the reason where there is none), unit tests (one
 process), parallel tests under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under
-mpirun with TF_USE_LEGACY_KERAS=1, failure scenarios, jobs with init(comm=...) and mpi4py, the examples (each run under mpirun as
+mpirun with TF_USE_LEGACY_KERAS=1, the Adasum tests at 4 ranks, failure scenarios, jobs with init(comm=...) and mpi4py, the examples (each run under mpirun as
 a user would), a job across two hosts made on this machine (tests/multihost). Every stage
 has a timeout, and the parallel stages fail a collective that some rank never submits after
 TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a failure with a message. Full logs go to
@@ -102,6 +102,9 @@ def main():
     stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_tf_keras.py"], 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
+    # Adasum's tree has a second level only from 4 ranks on.
+    stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +
+                   ["-x", "tests/parallel/test_adasum.py"], 300, "[1,0]<stdout>", PARALLEL_ENV))
     stages.append(("failure", PYTEST + ["tests/failure"], 600))
     # Jobs of their own: init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring.
     stages.append(("jobs", PYTEST + ["tests/jobs"], 600))

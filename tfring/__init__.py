@@ -19,14 +19,15 @@ _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 from tfring._library import build_info  # noqa: E402
 from tfring import _collective_gradients  # noqa: E402,F401  (registers the gradients)
 from tfring._horovod_util import (  # noqa: E402
-    check_num_rank_power_of_2, gpu_available, handle_average_backwards_compatibility,
+    check_extension, check_num_rank_power_of_2, gpu_available, handle_average_backwards_compatibility,
     refs_to_vars, split_list, vars_to_refs)
 from tfring.collectives import (  # noqa: E402
-    Average, Max, Min, Product, Sum, allgather, allreduce, alltoall, barrier, broadcast,
+    Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, alltoall, barrier, broadcast,
     grouped_allgather, grouped_allreduce, grouped_reducescatter, join, reducescatter)
 from tfring.compression import Compression  # noqa: E402
 from tfring.functions import (  # noqa: E402
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
+from tfring.gradient_aggregation import LocalGradientAggregationHelper  # noqa: E402
 from tfring.gradient_tape import (  # noqa: E402
     DistributedGradientTape, PartialDistributedGradientTape)
 from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
@@ -44,7 +45,7 @@ from tfring.runtime import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "Average", "Sum", "Min", "Max", "Product",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_version",
     "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
@@ -59,7 +60,8 @@ __all__ = [
     "PartialDistributedGradientTape", "SyncBatchNormalization",
     "BroadcastGlobalVariablesHook", "broadcast_global_variables",
     "split_list", "vars_to_refs", "refs_to_vars", "handle_average_backwards_compatibility",
-    "check_num_rank_power_of_2", "gpu_available",
+    "check_num_rank_power_of_2", "gpu_available", "check_extension",
+    "LocalGradientAggregationHelper",
 ]
 
 

@@ -21,8 +21,6 @@ set of rows); they are reduced dense on the update step.
 
 import tensorflow as tf
 
-from tfring import _gradients
-
 
 class GradientAccumulator:
     """Sums gradients locally and reduces them once every `passes` calls.
@@ -98,18 +96,19 @@ class GradientAccumulator:
         return tf.group(*ops)
 
 
-def reduce_on_update_step(accumulator, grads, variables, reduce_options, kind):
-    """The tape's and the TF1 optimizer's path: (is_update, gradients).
+def reduce_on_update_step(accumulator, grads, variables, reduce_fn):
+    """The tape's, the TF1 optimizer's and LocalGradientAggregationHelper's path:
+    (is_update, gradients).
 
-    On an update step the gradients are the reduced sums; on the other steps they are zeros
-    (the caller must skip applying them: see `apply_on_update_step`).
+    On an update step the gradients are the sums reduced by `reduce_fn(sums, variables)`;
+    on the other steps they are zeros (the caller must skip applying them: see
+    `apply_on_update_step`).
     """
     is_update = accumulator.add(grads)
 
     def reduced():
         totals = accumulator.totals(grads)
-        out = _gradients.allreduce_gradients(totals, variables, kind=kind,
-                                             **reduce_options)
+        out = reduce_fn(totals, variables)
         reset = accumulator.reset_after(out)
         with tf.control_dependencies([reset]):
             return [None if g is None else tf.identity(g) for g in out]

@@ -23,10 +23,15 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
 _AUTO_NUMBER = re.compile(r"_\d+(?=/|$)")
 
 
-def check_options(op, gradient_predivide_factor, backward_passes_per_step):
+def check_options(op, gradient_predivide_factor, backward_passes_per_step,
+                  average_aggregated_gradients=False):
     """Validates the options every wrapper shares; raises ValueError naming the bad one."""
-    if op not in (collectives.Average, collectives.Sum):
-        raise ValueError(f"op must be tfring.Average or tfring.Sum for gradients. Received: {op!r}")
+    if op not in (collectives.Average, collectives.Sum, collectives.Adasum):
+        raise ValueError("op must be tfring.Average, tfring.Sum or tfring.Adasum for gradients. "
+                         f"Received: {op!r}")
+    if op == collectives.Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients=True (Horovod "
+                         "neither): Adasum's result is not a sum to divide.")
     if gradient_predivide_factor != 1.0 and op != collectives.Average:
         raise ValueError("gradient_predivide_factor needs op=tfring.Average. "
                          f"Received: op={op!r}, gradient_predivide_factor="
@@ -83,7 +88,7 @@ class LocalVariables:
         return len(self._by_id)
 
 
-def _scaled_local(grad, set_size):
+def scaled_local(grad, set_size):
     if grad is None or set_size == 1:
         return grad
     if isinstance(grad, tf.IndexedSlices):
@@ -140,7 +145,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
             compression=compression, sparse_as_dense=sparse_as_dense,
             gradient_predivide_factor=gradient_predivide_factor, groups=groups, kind=kind,
             process_set=process_set)
-        out = [_scaled_local(g, set_size) if scale_local_gradients else g for g in grads]
+        out = [scaled_local(g, set_size) if scale_local_gradients else g for g in grads]
         for i, r in zip(shared, reduced):
             out[i] = r
         return out
@@ -151,6 +156,10 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
+    if op == collectives.Adasum and groups is None:
+        # Adasum's exchanges carry whole tensors pairwise: one group makes one exchange per
+        # tree level for the whole model (each gradient keeps its own coefficients).
+        groups = 1
     out = list(grads)
     present = [i for i, g in enumerate(grads) if g is not None]
     dense = [i for i in present if not isinstance(grads[i], tf.IndexedSlices)]

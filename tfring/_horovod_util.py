@@ -62,3 +62,15 @@ def gpu_available(ext_base_name="tensorflow", verbose=False):
         print(f"tfring: GPU path built: {runtime.nccl_built()}, GPUs visible to TensorFlow: "
               f"{len(tf.config.list_physical_devices('GPU'))}")
     return available
+
+
+def check_extension(ext_name="tfring", ext_env_var="", pkg_path="", *args):
+    """Raises ImportError unless tfring's compiled library is built for the running
+    TensorFlow (Horovod's check that a framework extension was built). tfring has one
+    extension, for TensorFlow: naming another framework ("horovod.torch") is an error."""
+    framework = str(ext_name).rsplit(".", 1)[-1]
+    if framework not in ("tfring", "tensorflow", "keras"):
+        raise ImportError(f"tfring is for TensorFlow and Keras only; it has no {ext_name!r} "
+                          "extension.")
+    from tfring import _library
+    _library.ops()  # ImportError naming the missing library or the TensorFlow mismatch

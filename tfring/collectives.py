@@ -14,17 +14,19 @@ import re
 
 import tensorflow as tf
 
-from tfring import _library, naming, runtime
+from tfring import _library, adasum as _adasum, naming, runtime
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 
 # Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
 Average = 0
 Sum = 1
+Adasum = 2  # computed by tfring/adasum.py from alltoalls, not by the runtime's reduce ops
 Min = 3
 Max = 4
 Product = 5
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
 
 _REDUCIBLE = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
               tf.bfloat16, tf.float32, tf.float64)
@@ -83,8 +85,8 @@ def _resolve_op(average, op):
         return Average if average else Sum
     op = Average if op is None else op
     if op not in _OP_NAMES:
-        raise ValueError(f"`op` must be one of tfring.Average, Sum, Min, Max, Product. "
-                         f"Received: op={op!r}")
+        raise ValueError("`op` must be one of tfring.Average, Sum, Adasum, Min, Max, "
+                         f"Product. Received: op={op!r}")
     return op
 
 
@@ -120,7 +122,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         device_dense, device_sparse: the device for dense / IndexedSlices reductions
             ('' lets TensorFlow place them).
         compression: tfring.Compression.none or .fp16 (what travels on the wire).
-        op: tfring.Average (default), Sum, Min, Max or Product. Average of an integer
+        op: tfring.Average (default), Sum, Min, Max, Product, or Adasum (floating point,
+            a power-of-two number of ranks; tfring/adasum.py). Average of an integer
             tensor is the floor of the mean.
         prescale_factor: multiplies the input before the reduction (floating point only).
         postscale_factor: multiplies the result (floating point only).
@@ -141,6 +144,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     with _device(device_dense):
         tensor = tf.convert_to_tensor(tensor)
         sent, ctx = compression.compress(tensor)
+        if op == Adasum:
+            _adasum.check_supported([sent], "allreduce", name or "unnamed allreduce")
+            reduced, = _adasum.adasum([sent], name, ignore_name_scope, process_set,
+                                      prescale_factor, postscale_factor)
+            return compression.decompress(reduced, ctx)
         naming_ = naming.op_naming("allreduce", name, sent, ignore_name_scope)
         _check_dtype(sent, _REDUCIBLE, "allreduce", naming_.display)
         reduced = _run_op("tfring_allreduce", naming_, sent, reduce_op=op,
@@ -152,6 +160,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
 def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):
     # Horovod's rule and error type: only Sum and Average have a sparse form.
+    if op == Adasum:
+        _adasum.check_supported([slices], "allreduce", name)
     if op not in (Average, Sum):
         raise NotImplementedError("allreduce of tf.IndexedSlices supports op=Average and Sum "
                                   f"only, not op={_OP_NAMES[op]}.")
@@ -178,6 +188,15 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     tensors = list(tensors)
     if not tensors:
         return []
+    if op == Adasum:
+        with _device(device_dense):
+            tensors = [t if isinstance(t, tf.IndexedSlices) else tf.convert_to_tensor(t)
+                       for t in tensors]
+            _adasum.check_supported(tensors, "grouped_allreduce", name or "unnamed group")
+            compressed = [compression.compress(t) for t in tensors]
+            reduced = _adasum.adasum([c[0] for c in compressed], name, ignore_name_scope,
+                                     process_set, prescale_factor, postscale_factor)
+            return [compression.decompress(r, c[1]) for r, c in zip(reduced, compressed)]
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, device_dense=device_dense, device_sparse=device_sparse,
                           compression=compression, prescale_factor=prescale_factor,
@@ -254,6 +273,9 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         This rank's block of the reduced tensor.
     """
     op = _resolve_op(None, op)
+    if op == Adasum:
+        raise NotImplementedError("reducescatter does not support op=Adasum (Horovod neither); "
+                                  "use Average, Sum, Min, Max or Product.")
     with _device(device_dense):
         tensor = tf.convert_to_tensor(tensor)
         sent, ctx = compression.compress(tensor)

@@ -17,6 +17,8 @@ through the tape, so that the optimizer runs on update steps only:
     tape.apply_gradients(optimizer, zip(grads, variables))
 """
 
+import functools
+
 import tensorflow as tf
 
 from tfring import _accumulation, _gradients, collectives
@@ -57,7 +59,8 @@ class DistributedGradientTape:
                  process_set=global_process_set, scale_local_gradients=True,
                  backward_passes_per_step=1, average_aggregated_gradients=False,
                  persistent=False, watch_accessed_variables=True):
-        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
+                                 average_aggregated_gradients)
         self._tape = gradtape
         self._passes = int(backward_passes_per_step)
         self._average_passes = average_aggregated_gradients
@@ -89,8 +92,9 @@ class DistributedGradientTape:
         else:
             accumulator = _accumulator_for(flat_sources, self._passes, self._average_passes)
             self._is_update, reduced = _accumulation.reduce_on_update_step(
-                accumulator, flat_grads, flat_sources, self._reduce_options,
-                "DistributedGradientTape")
+                accumulator, flat_grads, flat_sources, functools.partial(
+                    _gradients.allreduce_gradients, kind="DistributedGradientTape",
+                    **self._reduce_options))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def apply_gradients(self, optimizer, grads_and_vars):

@@ -10,9 +10,11 @@ TF 2.16+ has no tf.train.SessionRunHook and no tf.estimator (which is why Horovo
 gone there); the hook here is a tf.compat.v1.train.SessionRunHook.
 """
 
+import functools
+
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, functions
+from tfring import _accumulation, _adasum_delta, _gradients, collectives, functions
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 
@@ -31,6 +33,10 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     them, so the wrapped optimizer and `global_step` advance once per N runs (count
     StopAtStepHook's last_step in applied steps). The sums are local variables (not
     checkpointed, not broadcast; see tfring/_accumulation.py).
+
+    With op=tfring.Adasum, as Horovod's Adasum optimizer: each rank applies its own
+    gradients, and every backward_passes_per_step-th step the variables' changes are
+    combined with Adasum (tfring/_adasum_delta.py).
     """
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense="",
@@ -39,7 +45,8 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  num_groups=0, groups=None, process_set=global_process_set,
                  scale_local_gradients=True):
-        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
+                                 average_aggregated_gradients)
         self._optimizer = optimizer
         self._passes = int(backward_passes_per_step)
         self._average_passes = average_aggregated_gradients
@@ -52,6 +59,10 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                                     groups=_gradients.resolve_groups(num_groups, groups),
                                     process_set=process_set, local_variables=self._local_vars,
                                     scale_local_gradients=scale_local_gradients)
+        self._adasum = None
+        if op == collectives.Adasum:
+            self._adasum = _adasum_delta.AdasumDelta(self._passes, compression, process_set,
+                                                     self._local_vars)
         name = name or f"Distributed{type(optimizer).__name__}"
         super().__init__(name=name, use_locking=use_locking)
 
@@ -62,7 +73,7 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's (gradient, variable) pairs, gradients reduced over ranks."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
-        if not pairs:
+        if not pairs or self._adasum is not None:  # Adasum combines updates, not gradients
             return pairs
         grads, variables = zip(*pairs)
         if self._passes == 1:
@@ -77,13 +88,19 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
             accumulator.build(variables)
             self._accumulators[graph] = accumulator
         is_update, reduced = _accumulation.reduce_on_update_step(
-            accumulator, grads, variables, self._reduce_options, "DistributedOptimizer")
+            accumulator, grads, variables, functools.partial(
+                _gradients.allreduce_gradients, kind="DistributedOptimizer",
+                **self._reduce_options))
         self._update_steps[graph] = is_update
         return list(zip(reduced, variables))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """The wrapped optimizer's apply_gradients; with backward_passes_per_step > 1, only
         on the update steps that compute_gradients marked."""
+        if self._adasum is not None:
+            grads_and_vars = list(grads_and_vars)
+            return self._adasum.apply(grads_and_vars, lambda: self._optimizer.apply_gradients(
+                grads_and_vars, global_step, name))
         if self._passes == 1:
             return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
         is_update = self._update_steps.get(tf.compat.v1.get_default_graph())

@@ -177,3 +177,20 @@ def test_horovod_optimizer_hooks_compute_and_aggregate(legacy, rank, size):
     np.testing.assert_allclose(w.numpy(), [1.0 - mean])
     again = opt._aggregate_gradients([(tf.constant([float(rank)]), w)])
     np.testing.assert_allclose(again[0][0].numpy(), [np.mean(np.arange(size))])
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["optimizers", "legacy"])
+def test_adasum_applies_the_adasum_of_the_gradients(legacy, rank, size):
+    # Rank r's gradient is [r+1, 1]; Adasum of two ranks' a and b is
+    # (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b.
+    if size != 2:
+        pytest.skip("worked for 2 ranks")
+    sgd = keras.optimizers.legacy.SGD if legacy else keras.optimizers.SGD
+    w = tf.Variable([0.0, 0.0])
+    opt = hvd.DistributedOptimizer(sgd(1.0), op=tfring.Adasum)
+    grad = tf.constant([float(rank + 1), 1.0])
+    opt.apply_gradients([(grad, w)])
+    a, b = np.array([1.0, 1.0]), np.array([2.0, 1.0])
+    dot = a @ b
+    want = (1 - dot / (2 * a @ a)) * a + (1 - dot / (2 * b @ b)) * b
+    np.testing.assert_allclose(w.numpy(), -want, rtol=1e-6)

@@ -140,6 +140,17 @@ def test_horovod_build_and_helper_names():
     assert tfring.handle_average_backwards_compatibility(None, False) == tfring.Sum
     assert [tfring.check_num_rank_power_of_2(n) for n in (0, 1, 3, 4)] == \
         [False, True, False, True]
+    tfring.check_extension("horovod.tensorflow", "HOROVOD_WITH_TENSORFLOW", __file__, "mpi_lib")
+    with pytest.raises(ImportError, match="no 'horovod.torch' extension"):
+        tfring.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", __file__, "mpi_lib")
+
+
+def test_adasum_of_one_rank_is_the_tensor():
+    tfring.init()
+    x = tf.constant([[1.5, -2.0]])
+    np.testing.assert_array_equal(tfring.allreduce(x, op=tfring.Adasum).numpy(), x.numpy())
+    with pytest.raises(TypeError, match="floating-point tensors only"):
+        tfring.grouped_allreduce([x, tf.constant([1])], op=tfring.Adasum)
 
 
 def test_alltoall_and_indexed_slices_follow_horovod():

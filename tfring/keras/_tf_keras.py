@@ -51,7 +51,8 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
                scale_local_gradients):
     """Hooks `optimizer` (in place) to reduce its gradients over ranks; returns it. It also
     gets Horovod's `register_local_var(var)`."""
-    _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+    _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
+                             average_aggregated_gradients)
     if is_distributed(optimizer):
         raise ValueError("This tf_keras optimizer is already distributed by tfring; wrap it "
                          "once.")

@@ -120,7 +120,8 @@ class _DistributedMixin:
     def _init_distributed(self, compression, sparse_as_dense, backward_passes_per_step, op,
                           gradient_predivide_factor, average_aggregated_gradients, groups,
                           process_set=global_process_set, scale_local_gradients=True):
-        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step)
+        _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
+                                 average_aggregated_gradients)
         if isinstance(compression, str):
             compression = _COMPRESSIONS[compression]
         self._local_vars = _gradients.LocalVariables()
