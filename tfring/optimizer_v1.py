@@ -11,6 +11,7 @@ gone there); the hook here is a tf.compat.v1.train.SessionRunHook.
 """
 
 import functools
+import inspect
 
 import tensorflow as tf
 
@@ -21,7 +22,8 @@ from tfring.process_sets import global_process_set
 
 class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     """Wraps a TF1 optimizer: compute_gradients returns gradients averaged over all ranks;
-    apply_gradients and minimize work as with the wrapped optimizer.
+    apply_gradients and minimize work as with the wrapped optimizer. Given a Keras
+    optimizer, returns tfring.keras.DistributedOptimizer's wrapper instead, as Horovod.
 
     Args: Horovod's. `device_dense`/`device_sparse` are accepted for compatibility (tfring
     places collectives with their inputs); `num_groups` is Horovod's older name for an int
@@ -38,6 +40,22 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     gradients, and every backward_passes_per_step-th step the variables' changes are
     combined with Adasum (tfring/_adasum_delta.py).
     """
+
+    def __new__(cls, optimizer, *args, **kwargs):
+        # As Horovod's hvd.DistributedOptimizer: a Keras optimizer gets the Keras wrapper
+        # (scripts written against horovod.tensorflow wrap Keras optimizers with it too).
+        if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            return super().__new__(cls)
+        from tfring.keras import optimizer as keras_optimizer
+        if keras_optimizer.is_keras_optimizer(optimizer):
+            options = inspect.signature(cls.__init__).bind(None, optimizer, *args,
+                                                            **kwargs).arguments
+            del options["self"]
+            options.pop("use_locking", None)
+            return keras_optimizer.DistributedOptimizer(**options)
+        raise ValueError("tfring.DistributedOptimizer needs a TF1 optimizer "
+                         "(tf.compat.v1.train.Optimizer) or a Keras optimizer. Received: "
+                         f"{type(optimizer)!r}")
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense="",
                  device_sparse="", compression=Compression.none, sparse_as_dense=False,

@@ -56,13 +56,15 @@ def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, 
 
 
 def fit_distributed(keras, rank, size, optimizer, passes=1, embedding=False, steps=4,
-                    **options):
+                    wrap=None, **options):
     """Fits with tfring on this rank's shard, starting from rank-dependent weights (the
-    broadcast callback makes them rank 0's); returns (model, distributed optimizer)."""
+    broadcast callback makes them rank 0's); returns (model, distributed optimizer).
+    `wrap` makes the distributed optimizer (default tfring.keras.DistributedOptimizer)."""
     import tfring.keras as hvd
 
     model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
-    opt = hvd.DistributedOptimizer(optimizer, backward_passes_per_step=passes, **options)
+    wrap = wrap or hvd.DistributedOptimizer
+    opt = wrap(optimizer, backward_passes_per_step=passes, **options)
     model.compile(optimizer=opt, loss="mse")
     x, y = fit_inputs(shard(global_data(steps, size, passes), rank, size), embedding)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,

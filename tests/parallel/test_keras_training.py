@@ -47,6 +47,19 @@ def test_fit_matches_one_process_on_the_global_batch(rank, size, make_optimizer)
                  reference_weights(keras, make_optimizer(), STEPS, size), rtol=1e-4, atol=1e-5)
 
 
+def test_tensorflow_module_optimizer_takes_keras_optimizers(rank, size):
+    # Scripts written against horovod.tensorflow wrap Keras optimizers with
+    # hvd.DistributedOptimizer: as in Horovod, they get the Keras wrapper.
+    model, opt = fit_distributed(rank, size, keras.optimizers.SGD(0.1),
+                                 wrap=tfring.DistributedOptimizer)
+    assert isinstance(opt, hvd.DistributedKerasOptimizer)
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size),
+                 rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="needs a TF1 optimizer .* or a Keras optimizer"):
+        tfring.DistributedOptimizer(object())
+
+
 @pytest.mark.parametrize("make_optimizer", [
     lambda: keras.optimizers.SGD(0.1),
     lambda: keras.optimizers.Adam(0.01),

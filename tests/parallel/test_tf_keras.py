@@ -194,3 +194,11 @@ def test_adasum_applies_the_adasum_of_the_gradients(legacy, rank, size):
     dot = a @ b
     want = (1 - dot / (2 * a @ a)) * a + (1 - dot / (2 * b @ b)) * b
     np.testing.assert_allclose(w.numpy(), -want, rtol=1e-6)
+
+
+def test_tensorflow_module_optimizer_hooks_tf_keras_optimizers(rank, size):
+    # hvd.DistributedOptimizer (horovod.tensorflow) given a tf_keras optimizer: the Keras path.
+    w = tf.Variable([0.0])
+    opt = tfring.DistributedOptimizer(keras.optimizers.SGD(1.0))
+    opt.apply_gradients([(tf.constant([float(rank)]), w)])
+    np.testing.assert_allclose(w.numpy(), [-np.mean(np.arange(size))])

@@ -88,6 +88,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                     f"tf_keras with TF_USE_LEGACY_KERAS=1). Received: {type(optimizer)!r}")
 
 
+def is_keras_optimizer(optimizer):
+    """Whether `optimizer` is a Keras 3 or tf_keras optimizer (what DistributedOptimizer
+    wraps)."""
+    return isinstance(optimizer, keras.optimizers.Optimizer) or \
+        _tf_keras.is_tf_keras_optimizer(optimizer)
+
+
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                                 compression=Compression.none, sparse_as_dense=False,
                                 gradient_predivide_factor=1.0, op=collectives.Average,
