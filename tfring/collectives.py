@@ -124,9 +124,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         compression: tfring.Compression.none or .fp16 (what travels on the wire).
         op: tfring.Average (default), Sum, Min, Max, Product, or Adasum (floating point,
             a power-of-two number of ranks; tfring/adasum.py). Average of an integer
-            tensor is the floor of the mean.
-        prescale_factor: multiplies the input before the reduction (floating point only).
-        postscale_factor: multiplies the result (floating point only).
+            tensor is the mean rounded toward zero, as Horovod.
+        prescale_factor: multiplies the input before the reduction (integers: in float64,
+            truncated toward zero, as Horovod).
+        postscale_factor: multiplies the result (the same way).
         name: the name that pairs this tensor across ranks (see tfring.naming).
         process_set: the ranks that take part (tfring.ProcessSet); default all.
         ignore_name_scope: in a graph, leave the name scope out of the derived name.
@@ -139,6 +140,10 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     """
     op = _resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
+        if prescale_factor != 1.0 or postscale_factor != 1.0:  # Horovod's rule and error type
+            raise NotImplementedError("prescale_factor and postscale_factor are not supported "
+                                      "with tf.IndexedSlices (scale the values yourself, or "
+                                      "pass a dense tensor).")
         with _device(device_sparse):
             return _allreduce_indexed_slices(tensor, op, name, process_set, ignore_name_scope)
     with _device(device_dense):

@@ -11,6 +11,8 @@ its communicators the first time one of its collectives runs (on the members onl
 `add_process_set` and `init(process_sets=...)` exist for Horovod scripts but are optional.
 """
 
+import tensorflow as tf
+
 from tfring import runtime
 
 
@@ -62,9 +64,10 @@ class ProcessSet:
             if self._ranks[-1] >= size:
                 raise ValueError(f"{what}: process set {self._ranks} names ranks the job does "
                                  f"not have (size {size}).")
-            if me not in self._ranks:
-                raise ValueError(f"{what}: rank {me} is not in the process set {self._ranks}; "
-                                 "only its members may run its collectives.")
+            if me not in self._ranks:  # Horovod's error type for this misuse
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"{what}: rank {me} is not in the process set {self._ranks}; "
+                    "only its members may run its collectives.")
             if len(self._ranks) == size:
                 return {}
         return {"process_set": list(self._ranks)}

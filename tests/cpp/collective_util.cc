@@ -131,7 +131,7 @@ std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int
         case ReduceOp::kProduct: acc *= v; break;
       }
     }
-    if (op == ReduceOp::kAverage) acc = IsFloatingPoint(dtype) ? acc / size : std::floor(acc / size);
+    if (op == ReduceOp::kAverage) acc = IsFloatingPoint(dtype) ? acc / size : std::trunc(acc / size);
     out[i] = acc;
   }
   return out;

@@ -40,7 +40,7 @@ double TestValue(DataType dtype, int rank, int64_t i, int salt = 0);
 std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt = 0);
 
 // The allreduce of TestValues over `size` ranks, as the dtype should hold it (Average on
-// integers is a floor division).
+// integers rounds toward zero).
 std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
                                       int salt = 0);
 

@@ -114,19 +114,30 @@ TFRING_TEST(BFloat16, RoundingAndSpecials) {
   EXPECT_EQ(wrong, 0);
 }
 
-TFRING_TEST(Elementwise, FloorDivideRoundsTowardMinusInfinity) {
+TFRING_TEST(Elementwise, DivideRoundsTowardZero) {
   std::vector<int32_t> i32 = {-7, -6, -5, -1, 0, 1, 5, 6, 7};
-  FloorDivideInPlace(DataType::kInt32, 3, i32.data(), i32.size());
-  EXPECT_TRUE(i32 == std::vector<int32_t>({-3, -2, -2, -1, 0, 0, 1, 2, 2}));
+  DivideTowardZeroInPlace(DataType::kInt32, 3, i32.data(), i32.size());
+  EXPECT_TRUE(i32 == std::vector<int32_t>({-2, -2, -1, 0, 0, 0, 1, 2, 2}));
   std::vector<int8_t> i8 = {-128, 127, -1};
-  FloorDivideInPlace(DataType::kInt8, 3, i8.data(), i8.size());
-  EXPECT_TRUE(i8 == std::vector<int8_t>({-43, 42, -1}));
-  std::vector<int64_t> i64 = {-(int64_t{1} << 40) - 1, (int64_t{1} << 40) + 1};
-  FloorDivideInPlace(DataType::kInt64, 2, i64.data(), i64.size());
-  EXPECT_TRUE(i64 == std::vector<int64_t>({-(int64_t{1} << 39) - 1, int64_t{1} << 39}));
+  DivideTowardZeroInPlace(DataType::kInt8, 3, i8.data(), i8.size());
+  EXPECT_TRUE(i8 == std::vector<int8_t>({-42, 42, 0}));
+  // Exact where multiplying by 1/49 in double would give 0.99999...: 49 / 49 is 1.
+  std::vector<int64_t> i64 = {-(int64_t{1} << 40) - 1, (int64_t{1} << 40) + 1, 49};
+  DivideTowardZeroInPlace(DataType::kInt64, 2, i64.data(), 2);
+  DivideTowardZeroInPlace(DataType::kInt64, 49, i64.data() + 2, 1);
+  EXPECT_TRUE(i64 == std::vector<int64_t>({-(int64_t{1} << 39), int64_t{1} << 39, 1}));
   std::vector<uint8_t> u8 = {255, 1, 0};
-  FloorDivideInPlace(DataType::kUInt8, 2, u8.data(), u8.size());
+  DivideTowardZeroInPlace(DataType::kUInt8, 2, u8.data(), u8.size());
   EXPECT_TRUE(u8 == std::vector<uint8_t>({127, 0, 0}));
+}
+
+TFRING_TEST(Elementwise, ScalingIntegersTruncatesTowardZero) {
+  std::vector<int32_t> i32 = {-7, -1, 0, 3, 7};
+  ScaleInPlace(DataType::kInt32, 0.5, i32.data(), i32.size());
+  EXPECT_TRUE(i32 == std::vector<int32_t>({-3, 0, 0, 1, 3}));
+  std::vector<uint16_t> u16 = {1000, 3};
+  ScaleInPlace(DataType::kUInt16, 2.5, u16.data(), u16.size());
+  EXPECT_TRUE(u16 == std::vector<uint16_t>({2500, 7}));
 }
 
 TFRING_TEST(Elementwise, ReduceIntoAndScale) {

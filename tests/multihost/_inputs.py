@@ -9,7 +9,7 @@ import numpy as np
 # hierarchical allreduce that splits tensors between a host's ranks meets a remainder.
 SINGLE = [
     ("int32.sum", "int32", (1001,), "sum"),
-    ("int32.average", "int32", (7,), "average"),  # floor of the mean
+    ("int32.average", "int32", (7,), "average"),  # the mean rounded toward zero
     ("int64.sum", "int64", (3, 5), "sum"),
     ("float16.sum", "float16", (33,), "sum"),
     ("float32.sum", "float32", (1001,), "sum"),
@@ -40,5 +40,5 @@ def expected(name, dtype, shape, op, size):
     """The allreduce of every rank's input, in float64 then cast back."""
     total = sum(rank_input(name, r, dtype, shape).astype(np.float64) for r in range(size))
     if op == "average":
-        total = np.floor(total / size) if np.dtype(dtype).kind == "i" else total / size
+        total = np.trunc(total / size) if np.dtype(dtype).kind == "i" else total / size
     return total.astype(dtype)

@@ -21,7 +21,7 @@ def expected(op_name, dtype, size):
         return stack.sum(0)
     if op_name == "Average":
         total = stack.sum(0)
-        return np.floor(total / size) if dtype.is_integer else total / size
+        return np.trunc(total / size) if dtype.is_integer else total / size
     if op_name == "Min":
         return stack.min(0)
     if op_name == "Max":
@@ -56,6 +56,26 @@ def test_prescale_and_postscale(mode, rank, size):
                                                postscale_factor=3.0), mine)
     total = sum(rank_input(r, SHAPE, tf.float32).astype(np.float64) for r in range(size))
     np.testing.assert_allclose(got, total * 0.5 * 3.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64],
+                         ids=lambda d: d.name)
+def test_scale_factors_on_integers_truncate_as_horovod(dtype, mode, rank, size):
+    # Horovod scales integers in float64 and truncates toward zero: the prescale on each
+    # rank's input, the postscale (divided by the size for Average) on the sum.
+    inputs = [rank_input(r, SHAPE, dtype, low=-5, high=6).astype(np.float64)
+              for r in range(size)]
+
+    def reduce(x):
+        return [tfring.allreduce(x, op=tfring.Sum, prescale_factor=0.75),
+                tfring.allreduce(x, op=tfring.Sum, postscale_factor=0.75),
+                tfring.allreduce(x, op=tfring.Average, postscale_factor=3.0)]
+    pre, post, average = run(mode, reduce, inputs[rank].astype(dtype.as_numpy_dtype))
+    np.testing.assert_array_equal(pre, sum(np.trunc(x * 0.75) for x in inputs))
+    np.testing.assert_array_equal(post, np.trunc(sum(inputs) * 0.75))
+    np.testing.assert_array_equal(average, np.trunc(sum(inputs) * 3.0 / size))
+    assert pre.dtype == dtype.as_numpy_dtype
 
 
 def test_average_argument_alias(rank, size):

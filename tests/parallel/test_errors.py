@@ -100,11 +100,6 @@ def test_unsupported_dtypes(rank, size):
         tfring.broadcast(tf.constant(["a"]), 0)
 
 
-def test_scale_factors_on_integers_are_rejected(rank, size):
-    with pytest.raises(tf.errors.InvalidArgumentError, match="floating-point tensors only"):
-        tfring.allreduce(tf.constant([1]), prescale_factor=2.0, name="int_scaled")
-
-
 def test_scalar_allgather_is_rejected(rank, size):
     with pytest.raises(ValueError, match="rank >= 1"):
         tfring.allgather(tf.constant(1.0))

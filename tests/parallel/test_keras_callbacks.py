@@ -224,7 +224,8 @@ def test_metric_average_gives_the_mean_over_ranks(rank, size):
 # LearningRateWarmupCallback and LearningRateScheduleCallback
 
 def warmup_lr(initial_lr, size, warmup_epochs, epoch, batch, steps=STEPS):
-    epoch_f = epoch + batch / steps
+    # Horovod's schedule: batch b of epoch e is at e + (b+1)/steps.
+    epoch_f = epoch + (batch + 1) / steps
     return initial_lr / size * (epoch_f * (size - 1) / warmup_epochs + 1)
 
 
@@ -240,9 +241,11 @@ def test_warmup_sets_the_documented_rate_at_each_batch_and_ends_at_initial_lr(
         for batch in range(STEPS):
             want = warmup_lr(initial_lr, size, 2, epoch, batch) if epoch < 2 else initial_lr
             assert seen.records[(epoch, batch)] == pytest.approx(want, rel=1e-6), (epoch, batch)
-    assert seen.records[(0, 0)] == pytest.approx(initial_lr / size, rel=1e-6)
+    first = initial_lr / size * ((1 / STEPS) * (size - 1) / 2 + 1)
+    assert seen.records[(0, 0)] == pytest.approx(first, rel=1e-6)
     assert float(model.optimizer.learning_rate.numpy()) == np.float32(initial_lr)
     # Logged at each epoch end: the last warmup epoch already ends at initial_lr.
+    assert history.history["lr"] == history.history["learning_rate"]  # Horovod's key too
     np.testing.assert_allclose(history.history["learning_rate"],
                                [warmup_lr(initial_lr, size, 2, 0, STEPS - 1), initial_lr,
                                 initial_lr], rtol=1e-6)

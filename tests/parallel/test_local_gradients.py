@@ -64,14 +64,29 @@ def test_register_local_source_and_context_manager(rank, size):
 
 
 def test_tape_reduces_within_its_process_set(rank, size):
+    # Every rank runs the same code, as in Horovod's test: members get the set's mean, a
+    # rank outside the set keeps its own gradient.
     members = tfring.ProcessSet([0, 1])
-    if rank not in members.ranks:
-        return
     w = tf.Variable([1.0])
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(w * float(rank + 1))
     grad = tfring.DistributedGradientTape(tape, process_set=members).gradient(loss, w)
-    np.testing.assert_allclose(grad.numpy(), [1.5])  # the mean of ranks 0 and 1's 1 and 2
+    want = 1.5 if rank in members.ranks else rank + 1.0  # 1.5: the mean of 1 and 2
+    np.testing.assert_allclose(grad.numpy(), [want])
+
+
+def test_tf1_optimizer_outside_its_process_set_keeps_local_gradients(rank, size):
+    members = tfring.ProcessSet([0, 1])
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant([0.0]), use_resource=True)
+        opt = tfring.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                          process_set=members)
+        train_op = opt.minimize(tf.reduce_sum(w * float(rank + 1)))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            want = -1.5 if rank in members.ranks else -(rank + 1.0)
+            np.testing.assert_allclose(session.run(w), [want])
 
 
 def test_tf1_optimizer_register_local_var(rank, size):

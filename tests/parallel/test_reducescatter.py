@@ -23,7 +23,7 @@ def reduced(op_name, dtype, shape, size):
                       for r in range(size)])
     if op_name == "Average":
         total = stack.sum(0)
-        return np.floor(total / size) if dtype.is_integer else total / size
+        return np.trunc(total / size) if dtype.is_integer else total / size
     return {"Sum": stack.sum, "Min": stack.min, "Max": stack.max, "Product": stack.prod}[op_name](0)
 
 

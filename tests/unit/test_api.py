@@ -111,7 +111,7 @@ def test_size_one_collectives_are_identities(mode):
         np.testing.assert_array_equal(got, want)
 
 
-def test_integer_average_is_floor_of_mean():
+def test_integer_average_of_one_rank_is_the_tensor():
     tfring.init()
     got = tfring.allreduce(tf.constant([-3, 3], tf.int32), op=tfring.Average).numpy()
     np.testing.assert_array_equal(got, [-3, 3])
@@ -162,6 +162,11 @@ def test_alltoall_and_indexed_slices_follow_horovod():
     assert isinstance(out, tf.IndexedSlices) and out.dense_shape is None
     with pytest.raises(NotImplementedError, match="IndexedSlices"):
         tfring.allreduce(slices, op=tfring.Max)
+    for scale in (dict(prescale_factor=0.5), dict(postscale_factor=0.5)):
+        with pytest.raises(NotImplementedError, match="not supported with tf.IndexedSlices"):
+            tfring.allreduce(slices, **scale)
+        with pytest.raises(NotImplementedError, match="not supported with tf.IndexedSlices"):
+            tfring.grouped_allreduce([tf.ones([2]), slices], **scale)
 
 
 def test_compressor_base_class_and_gpu_available():

@@ -25,12 +25,13 @@ def test_horovod_basics_are_reexported():
         assert hasattr(hvd, name), name
 
 
-def test_values_helpers_take_and_give_numpy():
+def test_values_helpers_take_values_and_give_tensors():
     tfring.init()
     out = hvd.allreduce(np.array([1.0, 3.0], np.float32), name="unit.values.ar")
-    assert isinstance(out, np.ndarray)
-    np.testing.assert_array_equal(out, [1.0, 3.0])
-    assert float(hvd.allreduce(0.5, name="unit.values.float")) == 0.5
+    assert isinstance(out, tf.Tensor)  # as Horovod's in eager mode: .numpy() works
+    np.testing.assert_array_equal(out.numpy(), [1.0, 3.0])
+    half = hvd.allreduce(0.5, name="unit.values.float")
+    assert half.dtype == tf.float32 and float(half) == 0.5
     np.testing.assert_array_equal(hvd.allgather(np.arange(3), name="unit.values.ag"),
                                   np.arange(3))
     assert isinstance(hvd.broadcast(tf.constant([2]), 0, name="unit.values.bc"), tf.Tensor)

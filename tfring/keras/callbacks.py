@@ -280,7 +280,8 @@ def _average_logs_in_place(logs):
         if array is None:
             continue
         # float64: the mean of float metrics without float32 rounding, and no integer floor.
-        mean = _values.allreduce(array.astype(np.float64), name=f"metric_average.{key}")
+        mean = _values.allreduce(array.astype(np.float64),
+                                 name=f"metric_average.{key}").numpy()
         logs[key] = float(mean) if mean.ndim == 0 else mean
 
 
@@ -498,8 +499,8 @@ class LearningRateScheduleCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if logs is not None:
-            logs["learning_rate"] = _as_float(self.model.optimizer.learning_rate)
+        if logs is not None:  # Keras 3's key, and Horovod's "lr"
+            logs["learning_rate"] = logs["lr"] = _as_float(self.model.optimizer.learning_rate)
 
     def _in_range(self, epoch):
         return epoch is not None and self.start_epoch <= epoch and \
@@ -556,14 +557,16 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                          steps_per_epoch=steps_per_epoch)
 
     def _warmup_multiplier(self, epoch):
+        # As Horovod: one batch ahead (batch b of epoch e is at e + (b+1)/steps), so each
+        # epoch's last batch runs at a round number and the warmup's last at initial_lr.
         # Clamped: with a fractional warmup_epochs the last warmup epoch passes its end.
-        epoch = min(epoch, self.warmup_epochs)
+        epoch = min(epoch + 1.0 / self._steps, self.warmup_epochs)
         size = runtime.size()
         return 1.0 / size * (epoch * (size - 1) / self.warmup_epochs + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.end_epoch - 1:
-            # The last batch ran a little below initial_lr; training goes on at initial_lr.
+            # Training goes on at initial_lr (the last batch already ran at it).
             self._set_learning_rate(self.initial_lr)
             if self.verbose and runtime.rank() == 0:
                 print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "

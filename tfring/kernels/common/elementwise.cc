@@ -51,14 +51,10 @@ void Scale16(double factor, void* buf, int64_t count) {
 }
 
 template <typename T>
-void FloorDivideTyped(int64_t divisor, void* buf, int64_t count) {
+void DivideTyped(int64_t divisor, void* buf, int64_t count) {
   T* p = static_cast<T*>(buf);
   const T d = static_cast<T>(divisor);
-  for (int64_t i = 0; i < count; ++i) {
-    T q = static_cast<T>(p[i] / d);
-    if ((p[i] % d != 0) && ((p[i] < 0) != (d < 0))) --q;  // C++ truncates; we floor
-    p[i] = q;
-  }
+  for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / d);  // C++: toward zero
 }
 
 template <typename T>
@@ -121,22 +117,28 @@ void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count) {
     case DataType::kFloat64: return ScaleTyped<double>(factor, buf, count);
     case DataType::kFloat16: return Scale16<HalfToFloat, FloatToHalf>(factor, buf, count);
     case DataType::kBFloat16: return Scale16<BFloat16ToFloat, FloatToBFloat16>(factor, buf, count);
-    default: break;
+    case DataType::kUInt8: return ScaleTyped<uint8_t>(factor, buf, count);
+    case DataType::kInt8: return ScaleTyped<int8_t>(factor, buf, count);
+    case DataType::kUInt16: return ScaleTyped<uint16_t>(factor, buf, count);
+    case DataType::kInt16: return ScaleTyped<int16_t>(factor, buf, count);
+    case DataType::kInt32: return ScaleTyped<int32_t>(factor, buf, count);
+    case DataType::kInt64: return ScaleTyped<int64_t>(factor, buf, count);
+    case DataType::kBool: break;
   }
-  TFRING_CHECK(false) << "ScaleInPlace on non-floating dtype " << DataTypeName(dtype);
+  TFRING_CHECK(false) << "ScaleInPlace on non-reducible dtype " << DataTypeName(dtype);
 }
 
-void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count) {
+void DivideTowardZeroInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count) {
   switch (dtype) {
-    case DataType::kUInt8: return FloorDivideTyped<uint8_t>(divisor, buf, count);
-    case DataType::kInt8: return FloorDivideTyped<int8_t>(divisor, buf, count);
-    case DataType::kUInt16: return FloorDivideTyped<uint16_t>(divisor, buf, count);
-    case DataType::kInt16: return FloorDivideTyped<int16_t>(divisor, buf, count);
-    case DataType::kInt32: return FloorDivideTyped<int32_t>(divisor, buf, count);
-    case DataType::kInt64: return FloorDivideTyped<int64_t>(divisor, buf, count);
+    case DataType::kUInt8: return DivideTyped<uint8_t>(divisor, buf, count);
+    case DataType::kInt8: return DivideTyped<int8_t>(divisor, buf, count);
+    case DataType::kUInt16: return DivideTyped<uint16_t>(divisor, buf, count);
+    case DataType::kInt16: return DivideTyped<int16_t>(divisor, buf, count);
+    case DataType::kInt32: return DivideTyped<int32_t>(divisor, buf, count);
+    case DataType::kInt64: return DivideTyped<int64_t>(divisor, buf, count);
     default: break;
   }
-  TFRING_CHECK(false) << "FloorDivideInPlace on non-integer dtype " << DataTypeName(dtype);
+  TFRING_CHECK(false) << "DivideTowardZeroInPlace on non-integer dtype " << DataTypeName(dtype);
 }
 
 }  // namespace tfring

@@ -13,11 +13,13 @@ namespace tfring {
 // a Sum followed by a scale).
 void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_t count);
 
-// buf[i] *= factor, computed in double (float for 16-bit types). Floating-point only.
+// buf[i] *= factor, computed in double (float for 16-bit floats); integers are truncated
+// toward zero, as Horovod scales them. Every reducible dtype.
 void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count);
 
-// buf[i] = floor(buf[i] / divisor), exact integer arithmetic: Average on integer tensors.
-void FloorDivideInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count);
+// buf[i] = buf[i] / divisor rounded toward zero, in exact integer arithmetic: Average on
+// integer tensors (Horovod's rounding, without the error of multiplying by 1/divisor).
+void DivideTowardZeroInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count);
 
 // buf[i] = the identity of `op` (0 for Sum and Average, 1 for Product, the type's largest
 // value for Min and lowest for Max; infinities for floating point): what a rank that has

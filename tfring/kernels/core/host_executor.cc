@@ -37,12 +37,12 @@ void HostExecutor::Postprocess(const Entry& e, const Response& r, void* buffer, 
   const bool average = r.reduce_op == ReduceOp::kAverage;
   const int divisor = Contributors(r, size_);  // the ranks that had data
   double factor = e.request.postscale_factor;
-  if (IsFloatingPoint(dtype)) {
-    if (average) factor /= divisor;
-    if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
-  } else if (average) {
-    FloorDivideInPlace(dtype, divisor, buffer, count);
+  if (average && factor == 1.0 && !IsFloatingPoint(dtype)) {
+    DivideTowardZeroInPlace(dtype, divisor, buffer, count);  // exact
+    return;
   }
+  if (average) factor /= divisor;
+  if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
 }
 
 Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {

@@ -35,14 +35,9 @@ struct ReduceAttrs {
                 absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op)));
   }
 
-  // Fills the reduction fields of `r` (its name and dtype set); an error when scale factors
-  // are given for a tensor that is not floating point.
+  // Fills the reduction fields of `r` (its name and dtype set). Scale factors apply to
+  // integer tensors too, in double and truncated toward zero, as Horovod.
   absl::Status Fill(CollectiveKind kind, Request* r) const {
-    if (!IsFloatingPoint(r->dtype) && (prescale != 1.0f || postscale != 1.0f)) {
-      return absl::InvalidArgumentError(
-          "prescale_factor and postscale_factor apply to floating-point tensors only; '" +
-          r->name + "' is " + DataTypeName(r->dtype));
-    }
     r->kind = kind;
     r->reduce_op = static_cast<ReduceOp>(reduce_op);
     r->prescale_factor = prescale;

@@ -315,7 +315,14 @@ Status NcclExecutor::PlanReduction(const Response& r, const Comm& comm, Reductio
   plan->host_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   const bool additive = r.reduce_op == ReduceOp::kSum || r.reduce_op == ReduceOp::kAverage;
   if (!IsFloatingPoint(r.dtype)) {
-    plan->floor_divide_on_host = r.reduce_op == ReduceOp::kAverage;
+    // Integers are scaled on the host, as the host path does: an Average alone is an exact
+    // division toward zero; scale factors are applied in double and truncated.
+    const bool average = r.reduce_op == ReduceOp::kAverage;
+    plan->prescale_on_host = r.prescale_factor;
+    plan->divide_on_host = average && r.postscale_factor == 1.0;
+    if (!plan->divide_on_host) {
+      plan->postscale_on_host = r.postscale_factor / (average ? layout_.size : 1);
+    }
     return Status::OK();
   }
   if (!additive) {
@@ -374,9 +381,9 @@ Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, Data
   // a failure: the communicator was aborted and freed, and the operator with it).
   if (plan.premulsum && broken_.ok()) ncclRedOpDestroy(plan.op, comm.comm);
   TFRING_RETURN_IF_ERROR(s);
-  if (plan.floor_divide_on_host || plan.postscale_on_host != 1.0) {
+  if (plan.divide_on_host || plan.postscale_on_host != 1.0) {
     TFRING_RETURN_IF_ERROR(ThroughHost(out, bytes, "average or postscale it", [&](char* host) {
-      if (plan.floor_divide_on_host) FloorDivideInPlace(dtype, layout_.size, host, count);
+      if (plan.divide_on_host) DivideTowardZeroInPlace(dtype, layout_.size, host, count);
       if (plan.postscale_on_host != 1.0) ScaleInPlace(dtype, plan.postscale_on_host, host, count);
       return Status::OK();
     }));
@@ -579,10 +586,10 @@ Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
     if (plan.premulsum && broken_.ok()) ncclRedOpDestroy(plan.op, world_.comm);
     TFRING_RETURN_IF_ERROR(s);
     const int64_t mine = counts[layout_.rank];
-    if (plan.floor_divide_on_host || plan.postscale_on_host != 1.0) {
+    if (plan.divide_on_host || plan.postscale_on_host != 1.0) {
       TFRING_RETURN_IF_ERROR(ThroughHost(e->output, mine * esize, "average or postscale it",
                                          [&](char* host) {
-        if (plan.floor_divide_on_host) FloorDivideInPlace(r.dtype, layout_.size, host, mine);
+        if (plan.divide_on_host) DivideTowardZeroInPlace(r.dtype, layout_.size, host, mine);
         if (plan.postscale_on_host != 1.0) ScaleInPlace(r.dtype, plan.postscale_on_host, host, mine);
         return Status::OK();
       }));

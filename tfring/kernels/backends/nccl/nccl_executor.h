@@ -23,7 +23,8 @@
 // Allreduce: Average and the scale factors of floating-point tensors are folded into the
 // reduction (NCCL's PreMulSum op, one factor pre*post/size), so the common case is one NCCL
 // call and no extra pass over the data. The rare rest (prescale with Min/Max/Product, an
-// integer Average's floor division) round-trips through host memory: correct, not fast.
+// integer Average's division, integer scale factors) round-trips through host memory:
+// correct, not fast.
 // Allgather with uneven first dimensions is one broadcast per rank, in one NCCL group.
 #pragma once
 
@@ -71,7 +72,7 @@ class NcclExecutor : public GroupExecutor {
     ReduceOp host_op = ReduceOp::kSum;  // the same reduction, for MPI across hosts
     double prescale_on_host = 1.0;
     double postscale_on_host = 1.0;
-    bool floor_divide_on_host = false;
+    bool divide_on_host = false;
   };
 
   Status EnsureReady(const std::vector<Entry*>& group);
