@@ -378,11 +378,10 @@ def join():
     give join() control dependencies on the step's collectives).
 
     Returns:
-        The last rank to join (an int in eager mode, a scalar int32 tensor in a graph):
-        the one that ran longest, to broadcast the final state from.
+        The last rank to join, as a scalar int32 tensor (as Horovod; `int()` of it in eager
+        mode): the one that ran longest, to broadcast the final state from.
     """
-    out = _library.ops().tfring_join(eager=tf.executing_eagerly())
-    return int(out.numpy()) if tf.executing_eagerly() else out
+    return _library.ops().tfring_join(eager=tf.executing_eagerly())
 
 
 @_clean_eager_errors

@@ -66,6 +66,8 @@ def test_allgather_and_broadcast_with_joined_ranks(rank, size):
 
 def _agreed_last_after_rank_0(last, size):
     """The ranks other than 0 join in any order after rank 0: all agree on the last one."""
+    assert isinstance(last, tf.Tensor) and last.dtype == tf.int32  # as Horovod's join()
+    last = int(last)
     agreed = tfring.allgather(np.array([last]), name="join.agreed_last").numpy()
     assert 0 < last < size and (agreed == last).all(), agreed
 
@@ -104,6 +106,6 @@ def test_cached_ops_do_not_run_when_every_rank_has_joined(rank, size):
         np.testing.assert_array_equal(got, np.arange(7))
     for _ in range(2):
         # Ranks join in any order here: they must agree on which was last.
-        last = tfring.join()
+        last = int(tfring.join())
         agreed = tfring.allgather(np.array([last]), name="join.cached.last").numpy()
         assert 0 <= last < size and (agreed == last).all(), agreed

@@ -7,56 +7,83 @@
 namespace tfring {
 namespace {
 
-Status ReadInt(const char* name, int64_t min_value, int64_t* out) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return Status::OK();
+// The value of setting `name` ("TFRING_X"): TFRING_X if set, else Horovod's HOROVOD_X, so
+// that a Horovod job's environment keeps working. `name` becomes the variable read (for
+// messages). nullptr when neither is set.
+const char* Lookup(std::string* name) {
+  const char* raw = std::getenv(name->c_str());
+  if (raw != nullptr && *raw != '\0') return raw;
+  const std::string horovod = "HOROVOD_" + name->substr(name->find('_') + 1);
+  raw = std::getenv(horovod.c_str());
+  if (raw == nullptr || *raw == '\0') return nullptr;
+  *name = horovod;
+  return raw;
+}
+
+Status ReadInt(const char* setting, int64_t min_value, int64_t* out) {
+  std::string name(setting);
+  const char* raw = Lookup(&name);
+  if (raw == nullptr) return Status::OK();
   char* end = nullptr;
   long long v = std::strtoll(raw, &end, 10);
   if (*end != '\0' || v < min_value) {
-    return Status::InvalidArgument(std::string(name) + " must be an integer >= " +
+    return Status::InvalidArgument(name + " must be an integer >= " +
                                    std::to_string(min_value) + ". Received: '" + raw + "'");
   }
   *out = v;
   return Status::OK();
 }
 
-Status ReadDouble(const char* name, double min_value, double* out) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return Status::OK();
+Status ReadDouble(const char* setting, double min_value, double* out) {
+  std::string name(setting);
+  const char* raw = Lookup(&name);
+  if (raw == nullptr) return Status::OK();
   char* end = nullptr;
   double v = std::strtod(raw, &end);
   if (*end != '\0' || !(v >= min_value)) {
-    return Status::InvalidArgument(std::string(name) + " must be a number >= " +
+    return Status::InvalidArgument(name + " must be a number >= " +
                                    std::to_string(min_value) + ". Received: '" + raw + "'");
   }
   *out = v;
   return Status::OK();
 }
 
+std::string Lower(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
 Status ReadLogLevel(LogLevel* out) {
-  const char* raw = std::getenv("TFRING_LOG_LEVEL");
-  if (raw == nullptr || *raw == '\0') return Status::OK();
-  const std::string v(raw);
+  std::string name("TFRING_LOG_LEVEL");
+  const char* raw = Lookup(&name);
+  if (raw == nullptr) return Status::OK();
+  const std::string v = Lower(raw);  // Horovod writes them in capitals
   if (v == "trace") *out = LogLevel::kTrace;
   else if (v == "debug") *out = LogLevel::kDebug;
   else if (v == "info") *out = LogLevel::kInfo;
   else if (v == "warning") *out = LogLevel::kWarning;
-  else if (v == "error") *out = LogLevel::kError;
+  else if (v == "error" || v == "fatal") *out = LogLevel::kError;
   else
     return Status::InvalidArgument(
-        "TFRING_LOG_LEVEL must be one of trace, debug, info, warning, error. Received: '" + v + "'");
+        name + " must be one of trace, debug, info, warning, error. Received: '" + raw + "'");
   return Status::OK();
 }
 
-Status ReadChoice(const char* name, const char* a, const char* b, bool* is_b) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return Status::OK();
-  std::string v(raw);
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+Status ReadString(const char* setting, std::string* out) {
+  std::string name(setting);
+  if (const char* raw = Lookup(&name)) *out = raw;
+  return Status::OK();
+}
+
+Status ReadChoice(const char* setting, const char* a, const char* b, bool* is_b) {
+  std::string name(setting);
+  const char* raw = Lookup(&name);
+  if (raw == nullptr) return Status::OK();
+  const std::string v = Lower(raw);
   if (v == a) *is_b = false;
   else if (v == b) *is_b = true;
   else
-    return Status::InvalidArgument(std::string(name) + " must be '" + a + "' or '" + b +
+    return Status::InvalidArgument(name + " must be '" + a + "' or '" + b +
                                    "'. Received: '" + raw + "'");
   return Status::OK();
 }
@@ -75,11 +102,13 @@ Status Options::FromEnvironment(Options* o) {
       ReadDouble("TFRING_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &o->stall_shutdown_time_seconds));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
   TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
-  if (const char* timeline = std::getenv("TFRING_TIMELINE")) o->timeline_path = timeline;
+  TFRING_RETURN_IF_ERROR(ReadString("TFRING_TIMELINE", &o->timeline_path));
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC means "no file until start_timeline()".
+  if (o->timeline_path == "DYNAMIC") o->timeline_path.clear();
   int64_t autotune = o->autotune ? 1 : 0;
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_AUTOTUNE", 0, &autotune));
   o->autotune = autotune != 0;
-  if (const char* log = std::getenv("TFRING_AUTOTUNE_LOG")) o->autotune_log = log;
+  TFRING_RETURN_IF_ERROR(ReadString("TFRING_AUTOTUNE_LOG", &o->autotune_log));
   TFRING_RETURN_IF_ERROR(
       ReadDouble("TFRING_AUTOTUNE_SAMPLE_SECONDS", 0.0, &o->autotune_sample_seconds));
   TFRING_RETURN_IF_ERROR(
