@@ -85,8 +85,11 @@ def start_timeline(file_path, mark_cycles=False):
     before `init()`.
 
     Raises:
-        ValueError: before `init()` (as RuntimeError), or when the file cannot be written.
+        ValueError: before `init()` (as Horovod).
+        RuntimeError: when the file cannot be written, or a timeline is already running.
     """
+    if not is_initialized():
+        raise ValueError("tfring.start_timeline() needs tfring.init() first.")
     error = ctypes.create_string_buffer(2048)
     code = _library.capi().tfring_start_timeline(str(file_path).encode(), int(bool(mark_cycles)),
                                                   error, len(error))
@@ -96,7 +99,10 @@ def start_timeline(file_path, mark_cycles=False):
 
 
 def stop_timeline():
-    """Stops the timeline and closes its file (a valid JSON array). Harmless when none runs."""
+    """Stops the timeline and closes its file (a valid JSON array). Harmless when none runs;
+    a ValueError before `init()`, as Horovod."""
+    if not is_initialized():
+        raise ValueError("tfring.stop_timeline() needs tfring.init() first.")
     _library.capi().tfring_stop_timeline()
 
 

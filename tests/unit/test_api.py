@@ -38,11 +38,18 @@ def test_ops_before_init_fail_clearly():
         "try:\n"
         "    tfring.rank()\n"
         "except ValueError as e:\n"
-        "    print('RANK:', e)\n")
+        "    print('RANK:', e)\n"
+        "for fn in (lambda: tfring.start_timeline('t.json'), tfring.stop_timeline):\n"
+        "    try:\n"
+        "        fn()\n"
+        "    except ValueError as e:\n"
+        "        print('TIMELINE:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=ROOT).stdout
     assert "tfring has not been initialized: call tfring.init() before running 'early'" in out
     assert "RANK: tfring has not been initialized; call tfring.init()" in out
+    assert "TIMELINE: tfring.start_timeline() needs tfring.init() first." in out  # Horovod's
+    assert "TIMELINE: tfring.stop_timeline() needs tfring.init() first." in out  # ValueError
 
 
 def test_library_built_for_another_tensorflow_is_an_import_error():
