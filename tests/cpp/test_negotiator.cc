@@ -4,6 +4,7 @@
 
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/core/negotiator.h"
+#include "tfring/kernels/core/unnamed_names.h"
 
 namespace tfring {
 namespace {
@@ -258,6 +259,65 @@ TFRING_TEST(Negotiator, JoinedRanksCompleteTensorsAndAreListed) {
   ready = n.TakeReady();
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_CONTAINS(ready[0].error, "alltoall 'a2a' cannot run while rank(s) [0, 1]");
+}
+
+Request Unnamed(int64_t n, const std::string& site) {
+  Request r = Allreduce("unnamed." + std::to_string(n));
+  r.call_site = site;
+  return r;
+}
+
+TFRING_TEST(Negotiator, RanksWaitingOnEachOthersMissingCallsFailBothCalls) {
+  // Rank 0 made an extra unnamed call; rank 1 went on to a named one. Each waits in a call
+  // the other has not made.
+  Negotiator n(2);
+  n.Add(0, Unnamed(5, "train.py:7"), At(0));
+  n.Add(1, Allreduce("loss"), At(0.5));
+  EXPECT_FALSE(n.HasDrifted(2.0, At(2.0)));  // not waited long enough yet
+  EXPECT_TRUE(n.HasDrifted(2.0, At(2.6)));
+  const auto failed = n.TakeDrifted(2.0, At(2.6));
+  EXPECT_TRUE(Names(failed) == std::vector<std::string>({"unnamed.5", "loss"}));
+  for (const Response& r : failed) {
+    EXPECT_CONTAINS(r.error, "rank 0 waits in allreduce 'unnamed.5' (an unnamed call at "
+                             "train.py:7), which rank 1 has not made, while rank 1 waits in "
+                             "allreduce 'loss', which rank 0 has not made");
+  }
+  EXPECT_EQ(n.num_pending(), 0u);
+}
+
+TFRING_TEST(Negotiator, AWaitIsNoDriftUntilTheOtherRankWaitsElsewhere) {
+  Negotiator n(3);
+  n.Add(0, Unnamed(1, "a.py:1"), At(0));
+  n.Add(1, Unnamed(1, "a.py:1"), At(0));
+  EXPECT_FALSE(n.HasDrifted(2.0, At(10)));  // rank 2 is only late (computing)
+  n.Add(2, Allreduce("named"), At(1));
+  n.Add(0, Allreduce("named"), At(1));  // rank 0 has made 'named' too (another thread)
+  EXPECT_TRUE(n.HasDrifted(2.0, At(10)));  // but rank 1 has not: 1 and 2 wait on each other
+  // Named calls alone never count: ranks may name calls in any order across threads.
+  Negotiator named(2);
+  named.Add(0, Allreduce("x"), At(0));
+  named.Add(1, Allreduce("y"), At(0));
+  EXPECT_FALSE(named.HasDrifted(2.0, At(100)));
+  // A rank that has joined waits on nothing.
+  Negotiator joined(2);
+  joined.Add(0, Unnamed(3, "a.py:2"), At(0));
+  joined.Add(1, Allreduce("y"), At(0));
+  joined.SetJoined({false, true});
+  EXPECT_FALSE(joined.HasDrifted(2.0, At(100)));
+}
+
+TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
+  UnnamedNames names;
+  EXPECT_EQ(names.Next({}), "unnamed.0");
+  names.CatchUp({}, "unnamed.4.1");  // a grouped call's part
+  EXPECT_EQ(names.Next({}), "unnamed.5");
+  names.CatchUp({}, "unnamed.2");   // behind: nothing changes
+  names.CatchUp({}, "loss");        // not an unnamed call
+  EXPECT_EQ(names.Next({}), "unnamed.6");
+  EXPECT_EQ(names.Next({0, 2}), "unnamed.0");  // per process set
+  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.12"), 12);
+  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.x"), -1);
+  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.99999999999999999999999"), -1);
 }
 
 }  // namespace

@@ -61,16 +61,21 @@ def never_submits():
 
 def extra_unnamed_call():
     # Rank 0 makes one unnamed eager call more than rank 1, which goes on to a named op: the
-    # stall report (and the error every rank gets) says where rank 0 made its call.
+    # two wait on each other. Both calls fail within seconds, each rank's error naming both
+    # calls; the ranks' later unnamed calls pair again.
     tfring.allreduce(tf.constant([1.0]))
+    start = time.time()
     try:
         if tfring.rank() == 0:
             tfring.allreduce(tf.constant([2.0]))  # the extra call
         else:
             tfring.allreduce(tf.constant([3.0]), name="named_elsewhere")
         say("no error")
-    except tf.errors.AbortedError as e:
-        say(f"caught {e.message}")
+    except tf.errors.FailedPreconditionError as e:
+        say(f"caught after {time.time() - start:.0f} s: {e.message}")
+    for i in range(3):
+        total = tfring.allreduce(tf.constant([float(i + tfring.rank())]), op=tfring.Sum)
+        say(f"then {total.numpy()[0]:g}")
 
 
 def peer_timeout():

@@ -2,6 +2,8 @@
 that fail on one rank before they are submitted, and collective errors; a drift between
 ranks' unnamed eager calls is an error naming each rank's call, and the next ops pair."""
 
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -78,6 +80,23 @@ def test_drift_between_ranks_is_an_error_naming_each_call(rank, size):
     assert "Mismatched" in message and "drifted apart" in message
     assert message.count("test_drift.py:") == 2, message
     # Both sides used one name each: the next unnamed ops pair again.
+    _check_pairing(rank, size)
+
+
+def test_ranks_waiting_on_each_others_missing_calls_fail_within_seconds(rank, size):
+    # Rank 0 makes one unnamed call more; the others go on to a named one. Nothing pairs:
+    # rank 0 waits in its extra call, the others in theirs. Every rank's call fails within
+    # seconds (the stall shutdown is 60 s in this suite, 600 s by default), naming both.
+    start = time.time()
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match="drifted apart and wait on each other: rank 0 waits in "
+                             "allreduce 'unnamed.[0-9]+' \\(an unnamed call at test_drift.py"):
+        if rank == 0:
+            tfring.allreduce(tf.constant([1.0]), op=tfring.Sum)
+        else:
+            tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name="drift.named")
+    assert time.time() - start < 20
+    # Every rank numbers its next unnamed call past the failed one: they pair again.
     _check_pairing(rank, size)
 
 

@@ -74,6 +74,7 @@
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/response_cache.h"
 #include "tfring/kernels/core/timeline.h"
+#include "tfring/kernels/core/unnamed_names.h"
 
 namespace tfring {
 
@@ -117,6 +118,12 @@ class Coordinator {
   const Status& init_status() const { return init_status_; }
   // The fusion threshold and cycle time in force (the autotuner changes them). Thread-safe.
   TunedParams tuned_params() const;
+
+  // The name of this process's next unnamed eager call in `process_set` (unnamed_names.h).
+  // Thread-safe.
+  std::string NextUnnamedName(const std::vector<int32_t>& process_set) {
+    return unnamed_names_.Next(process_set);
+  }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -194,6 +201,7 @@ class Coordinator {
   std::atomic<double> cycle_time_ms_;
   Status init_status_;
   Negotiator negotiator_;  // used on rank 0 only
+  UnnamedNames unnamed_names_;
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   SteadyClock::time_point last_stall_warning_;
 };

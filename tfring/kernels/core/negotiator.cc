@@ -1,5 +1,6 @@
 #include "tfring/kernels/core/negotiator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 
@@ -196,6 +197,76 @@ std::vector<Negotiator::Stalled> Negotiator::PendingOlderThan(double min_age_sec
       if (kv.second.present[r] && s.call_site.empty()) s.call_site = kv.second.by_rank[r].call_site;
     }
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Negotiator::Drift> Negotiator::FindDrifts(double min_age_seconds,
+                                                      SteadyClock::time_point now) const {
+  std::vector<std::pair<const std::string*, const Slot*>> old;
+  for (const auto& kv : pending_) {
+    const double age = std::chrono::duration<double>(now - kv.second.first_seen).count();
+    if (!kv.second.complete && age >= min_age_seconds) old.push_back({&kv.first, &kv.second});
+  }
+  std::vector<Drift> out;
+  std::set<const Slot*> taken;
+  // S and T, with rank a waiting in S (an unnamed eager call: only those carry a call site)
+  // and missing from T, rank b the other way round.
+  auto find_t = [&](const Slot* s, int32_t a, int32_t b) -> const std::string* {
+    for (const auto& [t_key, t] : old) {
+      if (t != s && !taken.count(t) && t->present[b] && !t->present[a] &&
+          std::find(t->members.begin(), t->members.end(), a) != t->members.end()) {
+        return t_key;
+      }
+    }
+    return nullptr;
+  };
+  for (const auto& [s_key, s] : old) {
+    for (int32_t a : s->members) {
+      if (taken.count(s) || !s->present[a] || s->by_rank[a].call_site.empty()) continue;
+      for (int32_t b : s->members) {
+        if (s->present[b] || joined_[b]) continue;
+        if (const std::string* t_key = find_t(s, a, b)) {
+          out.push_back({*s_key, *t_key, a, b});
+          taken.insert(s);
+          taken.insert(&pending_.at(*t_key));
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+bool Negotiator::HasDrifted(double min_age_seconds, SteadyClock::time_point now) const {
+  return !FindDrifts(min_age_seconds, now).empty();
+}
+
+std::vector<Response> Negotiator::TakeDrifted(double min_age_seconds,
+                                              SteadyClock::time_point now) {
+  std::vector<Response> out;
+  for (const Drift& d : FindDrifts(min_age_seconds, now)) {
+    const Request& s = pending_.at(d.waits_unnamed).by_rank[d.unnamed_rank];
+    const Request& t = pending_.at(d.waits_other).by_rank[d.other_rank];
+    auto call = [](const Request& r) {
+      return std::string(CollectiveKindName(r.kind)) + " '" + r.name + "'" +
+             (r.call_site.empty() ? "" : " (an unnamed call at " + r.call_site + ")");
+    };
+    const std::string a = std::to_string(d.unnamed_rank), b = std::to_string(d.other_rank);
+    const std::string error =
+        "The ranks' calls have drifted apart and wait on each other: rank " + a + " waits in " +
+        call(s) + ", which rank " + b + " has not made, while rank " + b + " waits in " +
+        call(t) + ", which rank " + a + " has not made. Unnamed eager collectives pair in the " +
+        "order each rank makes them, so one rank made a call the other did not. Give such " +
+        "calls name=, or make every rank make the same calls (both calls fail here; later " +
+        "calls pair again)";
+    for (const Request* r : {&s, &t}) {
+      Response resp = ResponseTo(*r);
+      resp.error = error;
+      out.push_back(std::move(resp));
+    }
+    pending_.erase(d.waits_unnamed);
+    pending_.erase(d.waits_other);
   }
   return out;
 }

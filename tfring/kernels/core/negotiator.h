@@ -58,9 +58,26 @@ class Negotiator {
   // Tensors some but not all ranks have submitted, pending for at least `min_age_seconds`.
   std::vector<Stalled> PendingOlderThan(double min_age_seconds, SteadyClock::time_point now) const;
 
+  // Ranks whose calls have drifted apart, so that they wait on each other for ever: rank a
+  // waits in an unnamed eager call S that rank b has not made, while b waits in another
+  // tensor T that a has not made, both pending for at least `min_age_seconds`. A rank
+  // blocked in an eager call cannot make another, so in a program that makes its eager
+  // collectives from one thread neither call can ever complete. Returns error Responses for
+  // S and T, naming both ranks' calls, and forgets them: they fail on the ranks that made
+  // them, and every rank's later unnamed calls pair again (UnnamedNames::CatchUp).
+  std::vector<Response> TakeDrifted(double min_age_seconds, SteadyClock::time_point now);
+  // Whether TakeDrifted would return anything (rank 0 then forces a negotiation round).
+  bool HasDrifted(double min_age_seconds, SteadyClock::time_point now) const;
+
   size_t num_pending() const { return pending_.size(); }
 
  private:
+  struct Drift {
+    std::string waits_unnamed, waits_other;  // the pending tensors' keys (S and T)
+    int unnamed_rank, other_rank;            // a and b
+  };
+  std::vector<Drift> FindDrifts(double min_age_seconds, SteadyClock::time_point now) const;
+
   struct Slot {
     std::vector<int32_t> members;  // global ranks
     std::vector<Request> by_rank;  // indexed by global rank

@@ -137,7 +137,6 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   }
   Options options;
   TFRING_RETURN_IF_ERROR(Options::FromEnvironment(&options));
-  unnamed_calls_.clear();
   SetLogLevel(options.log_level);
   TFRING_RETURN_IF_ERROR(MpiContext::Initialize(world, &layout_));
   SetLogRank(layout_.rank);
@@ -242,7 +241,8 @@ void GlobalRuntime::Enqueue(Entry entry) {
 
 std::string GlobalRuntime::NextUnnamedName(const std::vector<int32_t>& process_set) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return "unnamed." + std::to_string(unnamed_calls_[process_set]++);
+  // Before init the call fails at Enqueue; its name is never used.
+  return coordinator_ ? coordinator_->NextUnnamedName(process_set) : "unnamed.0";
 }
 
 }  // namespace tfring

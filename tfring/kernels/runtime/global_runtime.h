@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +36,8 @@ class GlobalRuntime {
   void Enqueue(Entry entry);
 
   // The name of this process's next unnamed eager call in `process_set` ("unnamed.<n>",
-  // n counting such calls in that set since init). Ranks that make the same calls agree.
+  // n counting such calls in that set since init: core/unnamed_names.h). Ranks that make
+  // the same calls agree.
   // Taken only by a call that is about to be queued, so a call that fails its checks
   // first shifts nothing.
   std::string NextUnnamedName(const std::vector<int32_t>& process_set);
@@ -47,7 +47,6 @@ class GlobalRuntime {
   std::unique_ptr<Coordinator> coordinator_;
   ProcessLayout layout_;
   bool peers_lost_ = false;
-  std::map<std::vector<int32_t>, int64_t> unnamed_calls_;  // reset by Init
 };
 
 }  // namespace tfring
