@@ -95,7 +95,8 @@ class DistributedGradientTape:
                 accumulator, flat_grads, flat_sources, functools.partial(
                     _gradients.allreduce_gradients, kind="DistributedGradientTape",
                     **self._reduce_options))
-        return tf.nest.pack_sequence_as(grads, reduced)
+        out = tf.nest.pack_sequence_as(grads, reduced)
+        return list(out) if type(sources) is tuple else out  # Horovod returns a list
 
     def apply_gradients(self, optimizer, grads_and_vars):
         """`optimizer.apply_gradients(grads_and_vars)`, on update steps only.

@@ -152,6 +152,15 @@ def test_horovod_build_and_helper_names():
         tfring.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", __file__, "mpi_lib")
 
 
+def test_tape_returns_a_list_for_a_tuple_of_sources_as_horovod():
+    tfring.init()
+    w, b = tf.Variable([1.0]), tf.Variable([2.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * b)
+    grads = tfring.DistributedGradientTape(tape).gradient(loss, (w, b))
+    assert isinstance(grads, list) and [g.numpy()[0] for g in grads] == [2.0, 1.0]
+
+
 def test_adasum_of_one_rank_is_the_tensor():
     tfring.init()
     x = tf.constant([[1.5, -2.0]])
