@@ -7,8 +7,10 @@ each variable since the last combination (its delta) is reduced with Adasum over
 every rank then sets the variable to start + combined delta. Between combinations the ranks'
 variables differ; after one they agree.
 
-State (graph variables, checkpointed with the model): a step counter and, per variable, its
-value at the last combination ("start"), taken from the variable on the first step.
+State: a step counter and, per variable, its value at the last combination ("start"),
+taken from the variable on the first step. They are global variables, so a TF1 Saver (and
+MonitoredTrainingSession's checkpoints) saves them; a rank outside the optimizer's process
+set applies its own gradients alone, as in the other wrappers.
 """
 
 import tensorflow as tf
@@ -43,6 +45,8 @@ class AdasumDelta:
     def apply(self, grads_and_vars, apply_fn):
         """Runs apply_fn() (the wrapped optimizer's apply_gradients), then, on every
         period-th step, the Adasum of the variables' deltas. Returns the training op."""
+        if not self._process_set.included() or self._process_set.size() == 1:
+            return apply_fn()  # as the other wrappers: outside the set, train alone
         variables = [v for g, v in grads_and_vars if g is not None and v not in self._local]
         step, starts = self._state_for(variables)
         first = tf.equal(step, 0)

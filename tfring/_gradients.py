@@ -149,7 +149,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         for i, r in zip(shared, reduced):
             out[i] = r
         return out
-    if set_size == 1 or not process_set.included():
+    if set_size == 1 or (process_set is not global_process_set and not process_set.included()):
         # As Horovod: a rank outside the set keeps its own gradients.
         return grads
     wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor, set_size)

@@ -51,24 +51,21 @@ def check_supported(tensors, what, display):
                             f"{t.dtype.name}.")
 
 
-def _combine(mine, theirs, lower_is_mine, segment_ids, count):
-    """One tree level: Adasum of the two ranks' rows, per segment (tensor), in float64."""
-    a, b = (mine, theirs) if lower_is_mine else (theirs, mine)
+def _pair(a, b):
+    """Adasum of one tensor's two values, in float64. Plain reductions (not segment sums,
+    which use atomics on GPUs): both partners compute the same bits from the same inputs."""
     a, b = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
-    dot = tf.math.unsorted_segment_sum(a * b, segment_ids, count)
-    a_norm = tf.math.unsorted_segment_sum(a * a, segment_ids, count)
-    b_norm = tf.math.unsorted_segment_sum(b * b, segment_ids, count)
+    dot, a_norm, b_norm = tf.reduce_sum(a * b), tf.reduce_sum(a * a), tf.reduce_sum(b * b)
     # divide_no_nan gives 0 for a zero vector: its coefficient stays 1, as in Horovod.
     a_coeff = 1.0 - 0.5 * tf.math.divide_no_nan(dot, a_norm)
     b_coeff = 1.0 - 0.5 * tf.math.divide_no_nan(dot, b_norm)
-    return tf.gather(a_coeff, segment_ids) * a + tf.gather(b_coeff, segment_ids) * b
+    return a_coeff * a + b_coeff * b
 
 
 def _reduce_same_dtype(tensors, position, set_size, name, ignore_name_scope, process_set):
     """Adasum of tensors that share a dtype, packed into one row per level."""
     dtype = tensors[0].dtype
     sizes = tf.stack([tf.size(t, out_type=tf.int64) for t in tensors])
-    segment_ids = tf.repeat(tf.range(len(tensors), dtype=tf.int64), sizes)
     row = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
     level, distance = 0, 1
     while distance < set_size:
@@ -80,9 +77,11 @@ def _reduce_same_dtype(tensors, position, set_size, name, ignore_name_scope, pro
             tf.reshape(row, [1, -1]), splits=splits,
             name=naming.sub_name(name, f"adasum{level}.{dtype.name}"),
             ignore_name_scope=ignore_name_scope, process_set=process_set)
-        combined = _combine(row, tf.reshape(received, [-1]), position < partner,
-                            segment_ids, len(tensors))
-        row = tf.cast(combined, dtype)
+        theirs = tf.reshape(received, [-1])
+        lower, upper = (row, theirs) if position < partner else (theirs, row)
+        parts = zip(tf.split(lower, sizes, num=len(tensors)),
+                    tf.split(upper, sizes, num=len(tensors)))
+        row = tf.cast(tf.concat([_pair(a, b) for a, b in parts], 0), dtype)
         level, distance = level + 1, distance * 2
     parts = tf.split(row, sizes, num=len(tensors))
     return [tf.reshape(p, tf.shape(t)) for p, t in zip(parts, tensors)]

@@ -138,6 +138,13 @@ TFRING_TEST(Elementwise, ScalingIntegersTruncatesTowardZero) {
   std::vector<uint16_t> u16 = {1000, 3};
   ScaleInPlace(DataType::kUInt16, 2.5, u16.data(), u16.size());
   EXPECT_TRUE(u16 == std::vector<uint16_t>({2500, 7}));
+  std::vector<uint8_t> u8 = {200, 3};  // out of range: saturated, not undefined
+  ScaleInPlace(DataType::kUInt8, -1.0, u8.data(), 1);
+  ScaleInPlace(DataType::kUInt8, 100.0, u8.data() + 1, 1);
+  EXPECT_TRUE(u8 == std::vector<uint8_t>({0, 255}));
+  std::vector<int8_t> i8 = {-100, 100};  // Average over 200 ranks: the divisor fits no int8
+  DivideTowardZeroInPlace(DataType::kInt8, 200, i8.data(), i8.size());
+  EXPECT_TRUE(i8 == std::vector<int8_t>({0, 0}));
 }
 
 TFRING_TEST(Elementwise, ReduceIntoAndScale) {

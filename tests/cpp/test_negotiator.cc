@@ -1,5 +1,6 @@
 // The negotiator (core/negotiator.h) as the pure state machine it is: completion order,
 // validation messages, stall reports.
+#include <algorithm>
 #include <chrono>
 
 #include "tests/cpp/test_harness.h"
@@ -306,6 +307,34 @@ TFRING_TEST(Negotiator, AWaitIsNoDriftUntilTheOtherRankWaitsElsewhere) {
   EXPECT_FALSE(joined.HasDrifted(2.0, At(100)));
 }
 
+TFRING_TEST(Negotiator, ADriftFailsEveryPartOfGroupedCallsAndWaitsCountPerRank) {
+  Negotiator n(2);
+  // Rank 0's extra call is an unnamed grouped op of three tensors (in a process set); rank 1
+  // waits in a named grouped op of two. Rank 1 submits 3 s after rank 0.
+  for (int i = 0; i < 3; ++i) {
+    Request part = Unnamed(5, "a.py:3");
+    part.name = "unnamed.5." + std::to_string(i) + " [process set 0, 1]";
+    n.Add(0, part, At(0));
+  }
+  n.Add(1, Allreduce("grads.group0.0"), At(3));
+  n.Add(1, Allreduce("grads.group0.1"), At(3));
+  n.Add(1, Allreduce("other"), At(3));  // rank 1 waits in this too (another thread)
+  EXPECT_FALSE(n.HasDrifted(2.0, At(4.5)));  // rank 1 has waited 1.5 s only
+  const auto failed = n.TakeDrifted(2.0, At(5.5));
+  // Every part of rank 0's call, and every part of the call of rank 1's it was paired with
+  // (the grouped op, or 'other'): never a part alone.
+  const std::vector<std::string> names = Names(failed);
+  EXPECT_TRUE(names.size() == 5u || names.size() == 4u);
+  for (int i = 0; i < 3; ++i) {
+    const std::string part = "unnamed.5." + std::to_string(i) + " [process set 0, 1]";
+    EXPECT_TRUE(std::find(names.begin(), names.end(), part) != names.end()) << part;
+  }
+  const bool grads = std::find(names.begin(), names.end(), "grads.group0.0") != names.end();
+  EXPECT_EQ(grads, std::find(names.begin(), names.end(), "grads.group0.1") != names.end());
+  EXPECT_EQ(n.num_pending(), grads ? 1u : 2u);
+  for (const Response& r : failed) EXPECT_CONTAINS(r.error, "drifted apart");
+}
+
 TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
   UnnamedNames names;
   EXPECT_EQ(names.Next({}), "unnamed.0");
@@ -316,6 +345,9 @@ TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
   EXPECT_EQ(names.Next({}), "unnamed.6");
   EXPECT_EQ(names.Next({0, 2}), "unnamed.0");  // per process set
   EXPECT_EQ(UnnamedNames::NumberOf("unnamed.12"), 12);
+  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.3 [process set 0, 2]"), 3);  // a set's key
+  names.CatchUp({0, 2}, "unnamed.3 [process set 0, 2]");
+  EXPECT_EQ(names.Next({0, 2}), "unnamed.4");
   EXPECT_EQ(UnnamedNames::NumberOf("unnamed.x"), -1);
   EXPECT_EQ(UnnamedNames::NumberOf("unnamed.99999999999999999999999"), -1);
 }

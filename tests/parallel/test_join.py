@@ -52,6 +52,18 @@ def test_allreduce_ops_with_joined_ranks(mode, rank, size):
     assert tfring.allreduce(tf.constant(1.0), op=tfring.Sum, name="join.after").numpy() == size
 
 
+def test_unnamed_eager_calls_pair_after_ranks_joined_at_different_steps(rank, size):
+    # A Horovod loop: an unnamed logging allreduce per step, join(), then another unnamed
+    # call. Rank r makes r + 1 calls before joining; the joined ranks' counts catch up, so
+    # the call after the join pairs on every rank.
+    for s in range(_steps(rank)):
+        total = tfring.allreduce(tf.constant(1.0), op=tfring.Sum).numpy()
+        assert total == len(_with_data(s, size))
+    tfring.join()
+    after = tfring.allreduce(tf.constant(float(rank)), op=tfring.Sum).numpy()
+    assert after == sum(range(size))
+
+
 def test_allgather_and_broadcast_with_joined_ranks(rank, size):
     for s in range(_steps(rank)):
         x = np.full((rank + 1, 2), 10 * rank + s, np.int64)

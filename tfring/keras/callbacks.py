@@ -525,9 +525,10 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     At the beginning of each batch of the first `warmup_epochs` epochs the rate is
     `initial_lr / size * (epoch_f * (size - 1) / warmup_epochs + 1)` with
-    `epoch_f = epoch + batch / steps_per_epoch`: the single-process rate at the first batch,
-    rising linearly. At the end of the last warmup epoch the rate is set to exactly
-    `initial_lr`, where it stays (add a LearningRateScheduleCallback for later changes).
+    `epoch_f = epoch + (batch + 1) / steps_per_epoch`, as Horovod's: one batch above the
+    single-process rate at the first batch, rising linearly to `initial_lr` at the last
+    batch of the warmup, where it stays (add a LearningRateScheduleCallback for later
+    changes).
 
     Args:
         initial_lr: the rate at the end of warmup (usually the single-process rate times

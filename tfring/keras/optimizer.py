@@ -45,7 +45,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         sparse_as_dense: densify tf.IndexedSlices gradients instead of allgathering them.
         backward_passes_per_step: N > 1 sums N batches' gradients locally, reduces once
             and applies once; the inner optimizer's iterations count applied steps.
-        op: tfring.Average (default) or tfring.Sum.
+        op: tfring.Average (default), tfring.Sum or tfring.Adasum.
         gradient_predivide_factor: divide by this before the sum, by size/this after.
         average_aggregated_gradients: with N > 1, divide the sum by N (the update then
             equals one step on an N times larger batch).

@@ -1,7 +1,9 @@
 #include "tfring/kernels/common/elementwise.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "tfring/kernels/common/half.h"
 #include "tfring/kernels/common/logging.h"
@@ -40,7 +42,19 @@ void Reduce16(ReduceOp op, const void* in, void* inout, int64_t count) {
 template <typename T>
 void ScaleTyped(double factor, void* buf, int64_t count) {
   T* p = static_cast<T*>(buf);
-  for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] * factor);
+  if constexpr (std::is_integral_v<T>) {
+    // Truncated toward zero, as Horovod; saturated, since a value out of T's range would be
+    // undefined behaviour to convert.
+    const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+    const double hi = static_cast<double>(std::numeric_limits<T>::max());
+    for (int64_t i = 0; i < count; ++i) {
+      const double v = std::trunc(static_cast<double>(p[i]) * factor);
+      p[i] = v <= lo ? std::numeric_limits<T>::lowest()
+                     : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] * factor);
+  }
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
@@ -53,8 +67,10 @@ void Scale16(double factor, void* buf, int64_t count) {
 template <typename T>
 void DivideTyped(int64_t divisor, void* buf, int64_t count) {
   T* p = static_cast<T*>(buf);
-  const T d = static_cast<T>(divisor);
-  for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / d);  // C++: toward zero
+  // In int64: a divisor (a number of ranks) need not fit in T (int8 and 128 ranks).
+  for (int64_t i = 0; i < count; ++i) {
+    p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / divisor);  // C++: toward zero
+  }
 }
 
 template <typename T>

@@ -101,6 +101,7 @@ Status Options::FromEnvironment(Options* o) {
   TFRING_RETURN_IF_ERROR(
       ReadDouble("TFRING_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &o->stall_shutdown_time_seconds));
   TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_PEER_TIMEOUT_SECONDS", 0.0, &o->peer_timeout_seconds));
+  TFRING_RETURN_IF_ERROR(ReadDouble("TFRING_DRIFT_CHECK_SECONDS", 0.0, &o->drift_check_seconds));
   TFRING_RETURN_IF_ERROR(ReadLogLevel(&o->log_level));
   TFRING_RETURN_IF_ERROR(ReadString("TFRING_TIMELINE", &o->timeline_path));
   // Horovod's HOROVOD_TIMELINE=DYNAMIC means "no file until start_timeline()".

@@ -49,6 +49,9 @@ struct Options {
   int64_t cache_capacity = 1024;
   double stall_check_time_seconds = 60.0;
   double stall_shutdown_time_seconds = 600.0;
+  // Ranks waiting on each other's missing calls (an unnamed eager call one rank made and
+  // another did not) fail those calls after this long; 0: never (Negotiator::TakeDrifted).
+  double drift_check_seconds = 2.0;
   double peer_timeout_seconds = 30.0;
   LogLevel log_level = LogLevel::kWarning;
   bool autotune = false;

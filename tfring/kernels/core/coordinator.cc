@@ -18,9 +18,6 @@ namespace {
 constexpr uint64_t kFlagNoNewRequests = 1;
 constexpr uint64_t kFlagNotShuttingDown = 2;
 constexpr double kCachedWaitDemoteSeconds = 1.0;
-// How long ranks that wait on each other's missing calls (Negotiator::TakeDrifted) wait
-// before their calls fail: enough for a slow thread of a multi-threaded program to come.
-constexpr double kDriftSeconds = 2.0;
 constexpr auto kHotSpin = std::chrono::microseconds(200);
 constexpr auto kMinBackoff = std::chrono::microseconds(10);
 // With entries pending but no progress (peers have not submitted them yet), cycles repeat
@@ -492,8 +489,10 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
     }
     ResponseList list;
     list.responses = negotiator_.TakeReady();
-    for (Response& r : negotiator_.TakeDrifted(kDriftSeconds, now)) {
-      list.responses.push_back(std::move(r));
+    if (options_.drift_check_seconds > 0) {
+      for (Response& r : negotiator_.TakeDrifted(options_.drift_check_seconds, now)) {
+        list.responses.push_back(std::move(r));
+      }
     }
     if (params_pending_) {
       list.has_params = true;
@@ -522,8 +521,11 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   for (Response& r : list.responses) {
     // Every rank records it, members of its set or not, so that caches stay identical.
     if (r.ok() && r.cacheable) cache_.Put(r, SignatureOf(r));
-    // Before the failed call returns to its caller: numbers of later calls agree again.
-    if (!r.ok()) unnamed_names_.CatchUp(r.process_set, r.name);
+    // Numbers of later unnamed calls agree again: after a call that failed (before it
+    // returns to its caller), and after one this rank sat out while joined.
+    if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {
+      unnamed_names_.CatchUp(r.process_set, r.name);
+    }
     execute->push_back(std::move(r));
   }
   if (!list.abort_message.empty()) {
@@ -538,7 +540,10 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
 
 void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
   // The drift error travels in a negotiation round's broadcast, like the abort below.
-  if (negotiator_.HasDrifted(kDriftSeconds, now)) *force_round = true;
+  if (options_.drift_check_seconds > 0 &&
+      negotiator_.HasDrifted(options_.drift_check_seconds, now)) {
+    *force_round = true;
+  }
   if (options_.stall_shutdown_time_seconds > 0 &&
       !negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now).empty()) {
     *force_round = true;  // the abort travels in a negotiation round's broadcast

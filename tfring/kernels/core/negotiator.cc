@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/unnamed_names.h"
 
 namespace tfring {
 namespace {
@@ -31,6 +32,25 @@ std::string CallSitesNote(int r0, const std::string& site0, int r, const std::st
          ": unnamed eager collectives pair in the order each rank makes them, so the ranks' "
          "sequences of calls have drifted apart (one rank made a call the other did not). Give "
          "such calls name=, or make every rank make the same calls";
+}
+
+// The call a pending tensor belongs to: a grouped op's parts ("x.0", "x.1", or
+// "unnamed.5.0", "unnamed.5.1") share it; the process set suffix of a key stays.
+std::string CallOf(const std::string& key) {
+  std::string name = key, set;
+  const size_t p = name.find(" [process set ");
+  if (p != std::string::npos) {
+    set = name.substr(p);
+    name.resize(p);
+  }
+  const int64_t n = UnnamedNames::NumberOf(name);
+  if (n >= 0) return "unnamed." + std::to_string(n) + set;
+  const size_t dot = name.rfind('.');
+  if (dot != std::string::npos && dot + 1 < name.size() &&
+      name.find_first_not_of("0123456789", dot + 1) == std::string::npos) {
+    name.resize(dot);
+  }
+  return name + set;
 }
 
 }  // namespace
@@ -72,6 +92,7 @@ void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point n
     slot.members = SetMembers(request.process_set, size_);
     slot.by_rank.resize(size_);
     slot.present.assign(size_, false);
+    slot.since.resize(size_);
     slot.first_seen = now;
     it = pending_.emplace(request.name, std::move(slot)).first;
   }
@@ -80,6 +101,7 @@ void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point n
                                     << "' twice";
   slot.by_rank[rank] = request;
   slot.present[rank] = true;
+  slot.since[rank] = now;
   ++slot.count;
   MaybeComplete(request.name, &slot);
 }
@@ -212,9 +234,12 @@ std::vector<Negotiator::Drift> Negotiator::FindDrifts(double min_age_seconds,
   std::set<const Slot*> taken;
   // S and T, with rank a waiting in S (an unnamed eager call: only those carry a call site)
   // and missing from T, rank b the other way round.
+  auto waited = [&](const Slot* slot, int32_t r) {
+    return std::chrono::duration<double>(now - slot->since[r]).count() >= min_age_seconds;
+  };
   auto find_t = [&](const Slot* s, int32_t a, int32_t b) -> const std::string* {
     for (const auto& [t_key, t] : old) {
-      if (t != s && !taken.count(t) && t->present[b] && !t->present[a] &&
+      if (t != s && !taken.count(t) && t->present[b] && waited(t, b) && !t->present[a] &&
           std::find(t->members.begin(), t->members.end(), a) != t->members.end()) {
         return t_key;
       }
@@ -223,7 +248,10 @@ std::vector<Negotiator::Drift> Negotiator::FindDrifts(double min_age_seconds,
   };
   for (const auto& [s_key, s] : old) {
     for (int32_t a : s->members) {
-      if (taken.count(s) || !s->present[a] || s->by_rank[a].call_site.empty()) continue;
+      if (taken.count(s) || !s->present[a] || s->by_rank[a].call_site.empty() ||
+          !waited(s, a)) {
+        continue;
+      }
       for (int32_t b : s->members) {
         if (s->present[b] || joined_[b]) continue;
         if (const std::string* t_key = find_t(s, a, b)) {
@@ -246,27 +274,42 @@ std::vector<Response> Negotiator::TakeDrifted(double min_age_seconds,
                                               SteadyClock::time_point now) {
   std::vector<Response> out;
   for (const Drift& d : FindDrifts(min_age_seconds, now)) {
+    if (!pending_.count(d.waits_unnamed) || !pending_.count(d.waits_other)) continue;
     const Request& s = pending_.at(d.waits_unnamed).by_rank[d.unnamed_rank];
     const Request& t = pending_.at(d.waits_other).by_rank[d.other_rank];
     auto call = [](const Request& r) {
       return std::string(CollectiveKindName(r.kind)) + " '" + r.name + "'" +
              (r.call_site.empty() ? "" : " (an unnamed call at " + r.call_site + ")");
     };
-    const std::string a = std::to_string(d.unnamed_rank), b = std::to_string(d.other_rank);
+    const int a = d.unnamed_rank, b = d.other_rank;
+    const std::string as = std::to_string(a), bs = std::to_string(b);
     const std::string error =
-        "The ranks' calls have drifted apart and wait on each other: rank " + a + " waits in " +
-        call(s) + ", which rank " + b + " has not made, while rank " + b + " waits in " +
-        call(t) + ", which rank " + a + " has not made. Unnamed eager collectives pair in the " +
-        "order each rank makes them, so one rank made a call the other did not. Give such " +
-        "calls name=, or make every rank make the same calls (both calls fail here; later " +
-        "calls pair again)";
-    for (const Request* r : {&s, &t}) {
-      Response resp = ResponseTo(*r);
-      resp.error = error;
-      out.push_back(std::move(resp));
+        "The ranks' calls have drifted apart and wait on each other: rank " + as +
+        " waits in " + call(s) + ", which rank " + bs + " has not made, while rank " + bs +
+        " waits in " + call(t) + ", which rank " + as + " has not made. Unnamed eager " +
+        "collectives pair in the order each rank makes them, so one rank made a call the " +
+        "other did not. Give such calls name=, or make every rank make the same calls (both " +
+        "calls fail here; later calls pair again)";
+    // Every part of the two calls (a grouped op's tensors are pending one by one).
+    const std::string s_call = CallOf(d.waits_unnamed), t_call = CallOf(d.waits_other);
+    std::vector<std::string> s_parts, t_parts;  // sorted below: S's parts, then T's
+    for (const auto& kv : pending_) {
+      const Slot& x = kv.second;
+      if (x.complete) continue;
+      const std::string call_of_x = CallOf(kv.first);
+      if (call_of_x == s_call && x.present[a] && !x.present[b]) s_parts.push_back(kv.first);
+      if (call_of_x == t_call && x.present[b] && !x.present[a]) t_parts.push_back(kv.first);
     }
-    pending_.erase(d.waits_unnamed);
-    pending_.erase(d.waits_other);
+    std::sort(s_parts.begin(), s_parts.end());
+    std::sort(t_parts.begin(), t_parts.end());
+    for (const auto& [parts, r] : {std::make_pair(&s_parts, a), std::make_pair(&t_parts, b)}) {
+      for (const std::string& key : *parts) {
+        Response resp = ResponseTo(pending_.at(key).by_rank[r]);
+        resp.error = error;
+        out.push_back(std::move(resp));
+        pending_.erase(key);
+      }
+    }
   }
   return out;
 }

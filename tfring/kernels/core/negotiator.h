@@ -60,11 +60,12 @@ class Negotiator {
 
   // Ranks whose calls have drifted apart, so that they wait on each other for ever: rank a
   // waits in an unnamed eager call S that rank b has not made, while b waits in another
-  // tensor T that a has not made, both pending for at least `min_age_seconds`. A rank
-  // blocked in an eager call cannot make another, so in a program that makes its eager
-  // collectives from one thread neither call can ever complete. Returns error Responses for
-  // S and T, naming both ranks' calls, and forgets them: they fail on the ranks that made
-  // them, and every rank's later unnamed calls pair again (UnnamedNames::CatchUp).
+  // tensor T that a has not made, each for at least `min_age_seconds`. A rank blocked in an
+  // eager call cannot make another, so in a program that makes its eager collectives from
+  // one thread neither call can ever complete. Returns error Responses for S and T (every
+  // part of them, when they are grouped ops) naming both ranks' calls, and forgets them:
+  // they fail on the ranks that made them, and every rank's later unnamed calls pair again
+  // (UnnamedNames::CatchUp).
   std::vector<Response> TakeDrifted(double min_age_seconds, SteadyClock::time_point now);
   // Whether TakeDrifted would return anything (rank 0 then forces a negotiation round).
   bool HasDrifted(double min_age_seconds, SteadyClock::time_point now) const;
@@ -85,6 +86,7 @@ class Negotiator {
     int count = 0;
     bool complete = false;
     SteadyClock::time_point first_seen;
+    std::vector<SteadyClock::time_point> since;  // indexed by global rank: when it submitted
   };
 
   void MaybeComplete(const std::string& name, Slot* slot);

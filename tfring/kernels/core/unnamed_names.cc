@@ -28,7 +28,8 @@ int64_t UnnamedNames::NumberOf(const std::string& name) {
   size_t end = kPrefixLength;
   while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
   if (end == kPrefixLength || end - kPrefixLength > 18) return -1;  // no digits, or too many
-  if (end < name.size() && name[end] != '.') return -1;
+  // Then the end, a grouped op's ".<i>", or a process set's " [process set ...]".
+  if (end < name.size() && name[end] != '.' && name[end] != ' ') return -1;
   return std::stoll(name.substr(kPrefixLength, end - kPrefixLength));
 }
 

@@ -20,8 +20,9 @@ class UnnamedNames {
   // The name of the next unnamed call in `process_set` (empty: all ranks). Thread-safe.
   std::string Next(const std::vector<int32_t>& process_set);
 
-  // `name` ("unnamed.<n>", or a grouped op's "unnamed.<n>.<i>") failed on every rank: the
-  // next call in `process_set` is numbered n + 1 or later. Other names change nothing.
+  // `name` ("unnamed.<n>", a grouped op's "unnamed.<n>.<i>", either with a process set's
+  // " [process set ...]" after it) failed on every rank, or this rank sat it out joined:
+  // the next call in `process_set` is numbered n + 1 or later. Other names change nothing.
   void CatchUp(const std::vector<int32_t>& process_set, const std::string& name);
 
   // The number in an unnamed call's name, or -1 for any other name.
