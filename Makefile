@@ -11,9 +11,11 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	# gpu: NCCL and CUDA headers from PyPI, so the GPU path is compiled (and CI checks that it
-	# compiles) even where no GPU is present; its tests skip there.
-	$(PYTHON) -m pip install -q -e ".[test,examples,gpu]"
+	# cpu: tensorflow-cpu. gpu-build: NCCL and CUDA headers from PyPI, so the GPU path is
+	# compiled (and CI checks that it compiles) even where no GPU is present; its tests skip
+	# there.
+	# The suite's TensorFlow is pinned here (the library itself takes any 2.16+).
+	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==2.21.0
 	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
 	# tensorflow package on top of tensorflow-cpu.
 	$(PYTHON) -m pip install -q --no-deps tf_keras==2.21.0

@@ -16,6 +16,15 @@ import sys as _sys
 # TF_CPU_ALLOCATOR_USE_BFC=false yourself to keep TF's default allocator.
 _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
+try:
+    import tensorflow as _tf  # noqa: E402,F401
+except ImportError as _e:
+    raise ImportError(
+        "tfring needs TensorFlow 2.16 or newer, which this Python cannot import. tfring uses "
+        "the TensorFlow you install and installs none itself: pip install 'tfring[cpu]' "
+        "(tensorflow-cpu) or 'tfring[gpu]' (tensorflow with CUDA), or install TensorFlow "
+        f"yourself. ({_e})") from _e
+
 from tfring._library import build_info  # noqa: E402
 from tfring import _collective_gradients  # noqa: E402,F401  (registers the gradients)
 from tfring._horovod_util import (  # noqa: E402

@@ -173,7 +173,7 @@ def find_gpu_toolchain():
         if mode in ("1", "on", "yes", "true"):
             raise BuildError(
                 f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment with "
-                "`pip install -e .[gpu]` (nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, "
+                "`pip install -e .[gpu-build]` (nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, "
                 "nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12), or point TFRING_NCCL_HOME / "
                 "TFRING_CUDA_HOME at folders with include/ and lib/. See BUILD.md, 'GPU (NCCL)'.")
         return None, reason
@@ -187,7 +187,8 @@ def tensorflow_flags():
     except ImportError as e:
         raise BuildError(
             f"TensorFlow is not importable ({e}). Install it first: "
-            "`pip install tensorflow-cpu==2.21.0`. See BUILD.md, 'TensorFlow'.") from e
+            "`pip install 'tfring[cpu]'` or `'tfring[gpu]'`, or TensorFlow 2.16+ yourself. "
+            "See BUILD.md, 'TensorFlow'.") from e
     return tf.__version__, tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 

@@ -52,6 +52,16 @@ def test_ops_before_init_fail_clearly():
     assert "TIMELINE: tfring.stop_timeline() needs tfring.init() first." in out  # ValueError
 
 
+def test_without_tensorflow_the_import_error_names_the_extras():
+    # A Python where TensorFlow cannot be imported (sys.modules entry None blocks it).
+    code = ("import sys\nsys.modules['tensorflow'] = None\n"
+            "try:\n    import tfring\nexcept ImportError as e:\n    print('ERROR:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT).stdout
+    assert "ERROR: tfring needs TensorFlow 2.16 or newer" in out, out
+    assert "pip install 'tfring[cpu]' (tensorflow-cpu) or 'tfring[gpu]'" in out, out
+
+
 def test_library_built_for_another_tensorflow_is_an_import_error():
     with pytest.raises(ImportError, match=r"built against TensorFlow 2\.99\.0 but TensorFlow "
                                           r"2\.21\.0 is installed\. Rebuild them with: "
