@@ -33,7 +33,7 @@ def test_nothing_found_auto_says_why_and_1_fails(monkeypatch, tmp_path):
     assert toolchain is None
     assert "NCCL (nccl.h, libnccl.so.2)" in reason and "CUDA runtime" in reason
     monkeypatch.setenv("TFRING_WITH_NCCL", "1")
-    with pytest.raises(build.BuildError, match=r"TFRING_WITH_NCCL=1 but .*pip install -e \.\[gpu\]"):
+    with pytest.raises(build.BuildError, match=r"TFRING_WITH_NCCL=1 but .*pip install -e \.\[gpu-build\]"):
         build.find_gpu_toolchain()
 
 
