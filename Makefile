@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build bench bench-keras bench-autotune clean
+.PHONY: demo test build bench bench-keras bench-autotune compat clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -39,5 +39,10 @@ bench-keras: build
 bench-autotune: build
 	$(PYTHON) bench/autotune.py
 
+# Not part of `make test`: a venv per TensorFlow 2.16-2.21 (downloads each), tfring installed
+# from its sdist, built at first import, smoke-tested on 2 ranks; prints README's table.
+compat: $(VENV)/.installed
+	$(PYTHON) tools/compat.py
+
 clean:
-	rm -rf build tfring/lib
+	rm -rf build

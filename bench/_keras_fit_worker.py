@@ -72,7 +72,7 @@ def run(args):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         workers = strategy.num_replicas_in_sync
         rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-        keras = tf.keras  # tf_keras: MWMS + Keras 3 model.fit fails (see FACTS)
+        keras = tf.keras  # tf_keras: MWMS + Keras 3 model.fit fails (README, Benchmarks)
         scope = strategy.scope()
     else:
         import contextlib

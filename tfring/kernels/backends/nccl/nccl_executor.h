@@ -1,6 +1,6 @@
 // NcclExecutor: fusion groups of GPU tensors through NCCL, on device buffers.
 //
-// Ordering with the framework (DESIGN.md): before it reads a group, the executor's stream
+// Ordering with the framework (docs/architecture.md): before it reads a group, the executor's stream
 // waits for each entry's ready event (recorded by the op on its producer's stream); a call
 // returns only once its work on the executor's stream has completed, so when the coordinator
 // then completes the ops, every consumer (on any stream) sees finished results. It polls an

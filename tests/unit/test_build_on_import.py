@@ -1,0 +1,178 @@
+"""`import tfring` builds the library when it is missing or stale, once per environment.
+
+Each test points TFRING_CACHE_DIR at a fresh folder, so it builds (or fails to build) there
+and leaves the suite's own build alone.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+
+import pytest
+
+from tfring import _library, _toolchain, build
+
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+SUM_OF_ONES = (
+    "import tfring, tensorflow as tf\n"
+    "tfring.init()\n"
+    "total = tfring.allreduce(tf.constant(1.0), op=tfring.Sum)\n"
+    "print(f'rank {tfring.rank()}: sum {float(total)}', flush=True)\n")
+
+
+def _run(argv, cache, timeout, **env):
+    return subprocess.run(argv, env=dict(ENV, TFRING_CACHE_DIR=str(cache), **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_eight_ranks_importing_an_unbuilt_tfring_build_it_once(tmp_path):
+    cache = tmp_path / "cache"
+    mpirun = [os.path.join(BIN, "mpirun"), "--oversubscribe", "-np", "8"]
+    proc = _run(mpirun + [sys.executable, "-c", SUM_OF_ONES], cache, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert out.count("tfring: building its C++ library") == 1, out[-4000:]
+    assert out.count("tfring: built ") == 1, out[-4000:]
+    # The build takes tens of seconds while the other ranks import: they wait on the lock.
+    assert "tfring: waiting for process" in out, out[-4000:]
+    assert sorted(line for line in out.splitlines() if ": sum " in line) == \
+        sorted(f"rank {r}: sum 8.0" for r in range(8))
+    (entry,) = [p for p in cache.iterdir() if p.is_dir()]
+    record = json.loads((entry / "build_info.json").read_text())
+    assert record["sources"] == _toolchain.source_digest()
+    assert (entry / "libtfring.so").exists()
+    # Built: the next import loads it without building.
+    again = _run([sys.executable, "-c", "import tfring"], cache, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "tfring: build" not in again.stdout + again.stderr
+
+
+def test_a_failed_build_prints_the_compiler_error_and_build_md_advice(tmp_path):
+    broken = tmp_path / "mpicxx"
+    broken.write_text("#!/bin/sh\necho 'fake.cc:1:1: error: this compiler is broken' >&2\n"
+                      "exit 1\n")
+    broken.chmod(0o755)
+    proc = _run([sys.executable, "-c", "import tfring"], tmp_path / "cache", timeout=300,
+                TFRING_MPICXX=str(broken))
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "ImportError: tfring's C++ library could not be built" in err
+    assert "error: this compiler is broken" in err
+    assert "From tfring's BUILD.md, 'When the build fails':" in err
+    assert "| what you see | why | what to do |" in err  # the section's table itself
+    (failure,) = (tmp_path / "cache").glob("*/build_failed.json")
+    assert "this compiler is broken" in json.loads(failure.read_text())["error"]
+
+
+def test_build_on_import_off_names_the_command(tmp_path):
+    proc = _run([sys.executable, "-c", "import tfring"], tmp_path / "cache", timeout=300,
+                TFRING_BUILD_ON_IMPORT="0")
+    assert proc.returncode != 0
+    assert "it is not built yet. Build it with: python -m tfring.build" in proc.stderr
+
+
+def _fake_entry(tmp_path, **record):
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    (entry / "libtfring.so").write_text("")
+    (entry / "build_info.json").write_text(json.dumps(record))
+    return str(entry)
+
+
+def test_changed_sources_or_tensorflow_make_the_library_stale(tmp_path):
+    entry = _fake_entry(tmp_path, sources=_toolchain.source_digest(), tensorflow="2.21.0")
+    assert _toolchain.stale_reason(entry, "2.21.0") == ""
+    assert "built for TensorFlow 2.21.0, and TensorFlow 2.19.1 is installed" in \
+        _toolchain.stale_reason(entry, "2.19.1")
+    record = json.loads(open(os.path.join(entry, "build_info.json")).read())
+    record["sources"] = "another digest"
+    open(os.path.join(entry, "build_info.json"), "w").write(json.dumps(record))
+    assert "sources changed" in _toolchain.stale_reason(entry, "2.21.0")
+    os.remove(os.path.join(entry, "libtfring.so"))
+    assert "not built yet" in _toolchain.stale_reason(entry, "2.21.0")
+
+
+def test_entry_differs_per_tensorflow_mpi_and_python():
+    inputs = _toolchain.entry_inputs()
+    base = _toolchain.entry_dir(inputs)
+    assert os.path.basename(base).startswith(f"tf{inputs['tensorflow']}-")
+    for key, other in (("tensorflow_framework", ["/elsewhere", 1, 2]),
+                       ("mpicxx", ["/other/mpicxx", 3, 4]), ("python", ["cpython-39", "3.9"]),
+                       ("nccl", "TFRING_WITH_NCCL=0")):
+        assert _toolchain.entry_dir(dict(inputs, **{key: other})) != base, key
+
+
+def test_cache_root_setting_and_checkout_default(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFRING_CACHE_DIR", str(tmp_path))
+    assert _toolchain.cache_root() == str(tmp_path)
+    monkeypatch.delenv("TFRING_CACHE_DIR")
+    assert _toolchain.is_checkout()  # the suite runs from the source tree
+    assert _toolchain.cache_root() == os.path.join(_toolchain.ROOT, "build")
+    monkeypatch.setattr(_toolchain, "is_checkout", lambda: False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _toolchain.cache_root() == str(tmp_path / "xdg" / "tfring")
+
+
+def test_a_lock_held_too_long_is_an_error_naming_its_holder(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFRING_BUILD_WAIT_SECONDS", "0.5")
+    said = []
+    with build.EntryLock(str(tmp_path)):
+        with pytest.raises(build.BuildError, match=rf"process {os.getpid()} has held the build "
+                                                   r"lock .* for more than 0.5 s"):
+            with build.EntryLock(str(tmp_path), say=said.append):
+                pass
+    assert said and f"waiting for process {os.getpid()}" in said[0]
+
+
+def test_a_waiter_gets_the_lock_when_the_builder_is_done(tmp_path):
+    order = []
+    holder = build.EntryLock(str(tmp_path))
+    holder.__enter__()
+
+    def wait():
+        with build.EntryLock(str(tmp_path), say=lambda text: order.append("waiting")):
+            order.append("acquired")
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    waiter.join(1.0)
+    assert order == ["waiting"]
+    order.append("released")
+    holder.__exit__(None, None, None)
+    waiter.join(10)
+    assert order == ["waiting", "released", "acquired"]
+
+
+def test_a_waiter_fails_with_the_error_of_the_build_it_waited_for(tmp_path):
+    build.write_json(str(tmp_path / _library.FAILURE_NAME),
+                     {"error": "boom", "section": "GPU (NCCL)", "time": 100.0})
+    _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=200.0)  # an old one
+    with pytest.raises(build.BuildError, match="(?s)building the same library failed.*boom"):
+        _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=50.0)
+
+
+def test_build_md_sections_are_found_for_every_error():
+    for section in ("When the build fails", "What it does", "GPU (NCCL)"):
+        assert len(_library.build_doc_section(section)) > 200, section
+    assert _library.build_doc_section("No such section") == ""
+
+
+def test_the_sdist_carries_the_sources_and_build_md(tmp_path):
+    code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(tmp_path)!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=_toolchain.ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = proc.stdout.split()[-1]
+    with tarfile.open(tmp_path / name) as tar:
+        members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
+    for folder, _, files in os.walk(_toolchain.KERNELS):
+        for f in files:
+            if f.endswith((".cc", ".h")):
+                rel = os.path.relpath(os.path.join(folder, f), _toolchain.ROOT)
+                assert rel in members, rel
+    assert "tfring/BUILD.md" in members and "tfring/_toolchain.py" in members

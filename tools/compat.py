@@ -1,0 +1,140 @@
+"""`make compat`: install tfring beside each TensorFlow 2.16-2.21, let it build, smoke-test it.
+
+    python tools/compat.py                     # every release in RELEASES, then the full package
+    python tools/compat.py --releases 2.16 2.21 --work /tmp/compat
+
+For each TensorFlow release it creates a virtual environment, installs that release's
+tensorflow-cpu (the newest patch, with the Keras 3 that pip resolves for it), then tfring from
+an sdist built from this checkout, exactly as a user would: `pip install tfring-*.tar.gz`
+beside their TensorFlow. It checks that the install left TensorFlow as it was (same
+distribution, same version, no second TensorFlow), times the first `import tfring` (which
+builds the library), and runs tools/compat_smoke.py on 2 ranks.
+
+Two last rows do the same with the full `tensorflow` package (the GPU build, here on a machine
+without GPUs) installed first, tfring installed once from the sdist and once straight from
+the checkout (`pip install <checkout>`).
+
+It prints one Markdown table (release, TensorFlow and Keras installed, build seconds, result)
+for README's "TensorFlow versions" section. Not part of `make test`: it downloads a
+TensorFlow per row (set PIP_FIND_LINKS to a folder of wheels to reuse them) and takes about
+two to four minutes per row on 2 cores.
+"""
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "tools", "compat_smoke.py")
+RELEASES = ["2.16", "2.17", "2.18", "2.19", "2.20", "2.21"]
+FULL_PACKAGE = "2.21"  # the release tried again with `tensorflow` instead of tensorflow-cpu
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+REPORT_PROBE = (
+    "import importlib.metadata as m\n"
+    "for d in ('tensorflow', 'tensorflow-cpu', 'keras', 'tfring'):\n"
+    "    try: print(d, m.version(d))\n"
+    "    except m.PackageNotFoundError: print(d, '-')\n")
+
+
+class RowFailed(Exception):
+    pass
+
+
+def run(cmd, timeout, cwd, env=None, what=""):
+    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise RowFailed(f"{what or cmd[0]} failed (exit {proc.returncode}):\n  " +
+                        "\n  ".join(tail))
+    return proc.stdout
+
+
+def build_sdist(out):
+    code = f"from setuptools import build_meta; print(build_meta.build_sdist({out!r}))"
+    name = run([sys.executable, "-c", code], 300, ROOT, what="building the sdist").split()[-1]
+    return os.path.join(out, name)
+
+
+def installed(python, cwd):
+    lines = run([python, "-c", REPORT_PROBE], 60, cwd, what="reading versions").splitlines()
+    return dict(line.split() for line in lines)
+
+
+def one_row(release, distribution, tfring_source, work):
+    """(tensorflow, keras, build seconds, result) for one environment."""
+    venv = os.path.join(work, "venv")
+    shutil.rmtree(venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", venv], 300, work, what="creating the venv")
+    python, pip = os.path.join(venv, "bin", "python"), [os.path.join(venv, "bin", "python"),
+                                                        "-m", "pip", "install", "-q"]
+    env = dict(ENV, PATH=os.path.join(venv, "bin") + os.pathsep + ENV.get("PATH", ""),
+               TFRING_CACHE_DIR=os.path.join(work, "cache"))
+    run(pip + [f"{distribution}=={release}.*"], 1800, work, env, f"pip install {distribution}")
+    before = installed(python, work)
+    run(pip + [tfring_source], 900, work, env, f"pip install {tfring_source}")
+    after = installed(python, work)
+    tf_version = after[distribution]
+    for d in ("tensorflow", "tensorflow-cpu"):
+        if before[d] != after[d]:
+            raise RowFailed(f"installing tfring changed {d} from {before[d]} to {after[d]}")
+    start = time.time()
+    run([python, "-c", "import tfring"], 1200, work, env, "the first import (the build)")
+    seconds = time.time() - start
+    mpirun = os.path.join(venv, "bin", "mpirun")
+    out = run([mpirun, "--oversubscribe", "-np", "2", python, SMOKE], 900, work, env,
+              "the 2-rank smoke test")
+    summary = [line for line in out.splitlines() if line.startswith("compat smoke: ok")]
+    if not summary:
+        raise RowFailed("the smoke test printed no result:\n" + out[-2000:])
+    return tf_version, after["keras"], seconds, "pass"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--releases", nargs="+", default=RELEASES)
+    parser.add_argument("--no-full-package", action="store_true",
+                        help=f"skip the row with the full tensorflow {FULL_PACKAGE} package")
+    parser.add_argument("--work", default=os.path.join(ROOT, "build", "compat"),
+                        help="where the venvs and builds go (replaced row by row)")
+    parser.add_argument("--keep", action="store_true", help="keep the last row's venv")
+    args = parser.parse_args(argv)
+    os.makedirs(args.work, exist_ok=True)
+    for old in glob.glob(os.path.join(args.work, "tfring-*.tar.gz")):
+        os.remove(old)
+    sdist = build_sdist(args.work)
+    rows = [(r, "tensorflow-cpu", "sdist") for r in args.releases]
+    if not args.no_full_package:
+        rows += [(FULL_PACKAGE, "tensorflow", "sdist"), (FULL_PACKAGE, "tensorflow", "checkout")]
+    table = ["| release | installed first | tfring from | Keras | first import (build) | "
+             "2-rank smoke test |", "| --- | --- | --- | --- | ---: | --- |"]
+    failures = 0
+    for release, distribution, source in rows:
+        print(f"compat: {distribution} {release}, tfring from its {source} ...",
+              file=sys.stderr, flush=True)
+        try:
+            tf_version, keras_version, seconds, result = one_row(
+                release, distribution, sdist if source == "sdist" else ROOT, args.work)
+            table.append(f"| {release} | {distribution} {tf_version} | {source} | "
+                         f"{keras_version} | {seconds:.0f} s | {result} |")
+        except (RowFailed, subprocess.TimeoutExpired) as e:
+            failures += 1
+            first = str(e).splitlines()[0]
+            print(f"compat: {distribution} {release} FAILED: {e}", file=sys.stderr, flush=True)
+            table.append(f"| {release} | {distribution} | {source} | | | FAILED: {first} |")
+        if not args.keep:
+            shutil.rmtree(os.path.join(args.work, "venv"), ignore_errors=True)
+        print(table[-1], file=sys.stderr, flush=True)
+    print("\n".join(table))
+    print(f"\nPython {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} cores; tfring installed with pip beside the TensorFlow named.")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
