@@ -6,6 +6,12 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
+# The suite's TensorFlow (tfring itself takes any 2.16-2.21: README, 'TensorFlow versions').
+# Another release, in a venv of its own:
+#   make test VENV=.venv-2.18 TF_VERSION=2.18.1 TF_KERAS_VERSION=2.18.0
+TF_VERSION ?= 2.21.0
+TF_KERAS_VERSION ?= 2.21.0
+
 .PHONY: demo test build bench bench-keras bench-autotune compat clean
 
 $(VENV)/.installed: pyproject.toml
@@ -14,11 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	# cpu: tensorflow-cpu. gpu-build: NCCL and CUDA headers from PyPI, so the GPU path is
 	# compiled (and CI checks that it compiles) even where no GPU is present; its tests skip
 	# there.
-	# The suite's TensorFlow is pinned here (the library itself takes any 2.16+).
-	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==2.21.0
+	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION)
 	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
 	# tensorflow package on top of tensorflow-cpu.
-	$(PYTHON) -m pip install -q --no-deps tf_keras==2.21.0
+	$(PYTHON) -m pip install -q --no-deps tf_keras==$(TF_KERAS_VERSION)
 	touch $@
 
 build: $(VENV)/.installed

@@ -77,7 +77,9 @@ __all__ = [
 def _running_the_builder():
     # `python -m tfring.build` imports this package before it runs the builder, and the
     # builder must work exactly when the check below would fail (no library, another TF).
-    argv = getattr(_sys, "orig_argv", [])
+    argv = getattr(_sys, "orig_argv", None)
+    if argv is None:  # Python 3.9: while `-m` looks for its module, sys.argv[0] is "-m"
+        return _sys.argv[:1] == ["-m"]
     return any(a == "-m" and b == "tfring.build" for a, b in zip(argv, argv[1:])) or \
         "-mtfring.build" in argv
 

@@ -73,7 +73,7 @@ def ensure_built():
                 return  # another process built it while this one waited
             _raise_if_failed_while_waiting(folder, waited_since)
             _say(f"tfring: building its C++ library for TensorFlow {tf.__version__} into "
-                 f"{folder} ({reason}); this takes a minute or two, once per environment")
+                 f"{folder} ({reason}); this takes about a minute, once per environment")
             try:
                 build.build(folder, say=_say)
             except _toolchain.BuildError as e:
@@ -83,6 +83,8 @@ def ensure_built():
             _remove(os.path.join(folder, FAILURE_NAME))
     except _toolchain.BuildError as e:
         raise ImportError(failure_text(str(e), e.section)) from None
+    except OSError as e:  # the build folder cannot be written: no BuildError says so
+        raise ImportError(failure_text(f"{folder}: {e}", "Where the build goes")) from None
 
 
 def _raise_if_failed_while_waiting(folder, waited_since):

@@ -236,7 +236,9 @@ def entry_inputs():
             os.path.join(tf_dir, "libtensorflow_framework.so.2")) if tf_dir else None,
         "python": [sys.implementation.cache_tag, sys.version],
         "mpicxx": _file_identity(find_mpicxx()),
-        "nccl": [gpu.nccl_lib, gpu.cudart_lib] + gpu.cuda_includes if gpu else reason,
+        "nccl": [_file_identity(gpu.nccl_lib), _file_identity(gpu.cudart_lib),
+                 _file_identity(os.path.join(gpu.nccl_include, "nccl.h"))] + gpu.cuda_includes
+        if gpu else reason,
     }
 
 
@@ -249,8 +251,12 @@ def entry_dir(inputs=None):
 
 
 def source_digest():
-    """A digest of tfring's C++ sources: a library built from other sources is rebuilt."""
+    """A digest of tfring's C++ sources and of the build script (its flags): a library built
+    from other sources, or by another version of the build, is rebuilt."""
     h = hashlib.sha256()
+    for script in ("build.py", "_toolchain.py"):
+        with open(os.path.join(PACKAGE_DIR, script), "rb") as f:
+            h.update(f.read())
     for folder, dirs, files in os.walk(KERNELS):
         dirs.sort()
         for name in sorted(files):

@@ -42,6 +42,7 @@ find_gpu_toolchain = _toolchain.find_gpu_toolchain
 ROOT = _toolchain.ROOT
 KERNELS = _toolchain.KERNELS
 CHECKOUT_BUILD_DIR = os.path.join(ROOT, "build")  # native tests and benchmarks (checkout only)
+TOOL_TIMEOUT_SECONDS = 900  # one compile takes seconds; a compiler this slow is hung
 
 # Folders whose code must not include TensorFlow (docs/architecture.md): compiled without TF
 # headers.
@@ -96,14 +97,35 @@ def compile_one(obj_dir, compiler, flags, source):
     if up_to_date(obj, digest):
         return obj, False
     os.makedirs(os.path.dirname(obj), exist_ok=True)
+    # The stamp goes first and comes back last: a compile killed half-way (a job torn down
+    # while one rank builds) leaves an object without a stamp, which the next build redoes.
+    _remove(obj[:-2] + ".flags")
     cmd = [compiler] + flags + ["-MMD", "-MF", obj[:-2] + ".d", "-c", source, "-o", obj]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"compiling {os.path.relpath(source, ROOT)} failed:\n"
-                         f"$ {shlex.join(cmd)}\n{proc.stderr[-6000:]}")
+    _run_tool(cmd, f"compiling {os.path.relpath(source, ROOT)}")
     with open(obj[:-2] + ".flags", "w") as f:
         f.write(digest)
     return obj, True
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _run_tool(cmd, what):
+    """Runs a compiler or linker; a failure (or one still running after
+    TOOL_TIMEOUT_SECONDS: a hung compiler) is a BuildError with its command and output."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{what} ran for more than {TOOL_TIMEOUT_SECONDS} s and was "
+                         f"stopped:\n$ {shlex.join(cmd)}") from None
+    except OSError as e:
+        raise BuildError(f"{what} could not start ({e}):\n$ {shlex.join(cmd)}") from None
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed:\n$ {shlex.join(cmd)}\n{proc.stderr[-6000:]}")
 
 
 def compile_all(obj_dir, jobs):
@@ -115,18 +137,22 @@ def compile_all(obj_dir, jobs):
 
 
 def link(compiler, objects, out, extra):
-    """Links `out` unless it is newer than every object. The new file replaces the old one
-    in one rename, so a process that loads it never sees half a library."""
+    """Links `out` unless it is newer than every object and was linked from the same objects
+    with the same command (a removed source or a changed flag relinks). The new file
+    replaces the old one in one rename, so a process that loads it never sees half a
+    library."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    if os.path.exists(out) and all(os.path.getmtime(o) <= os.path.getmtime(out) for o in objects):
+    # Hidden, so that globs over the outputs (build/tests/test_*) see only the outputs.
+    stamp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.link")
+    digest = hashlib.sha256(" ".join([compiler] + objects + extra).encode()).hexdigest()
+    if os.path.exists(out) and os.path.exists(stamp) and open(stamp).read() == digest and \
+            all(os.path.getmtime(o) <= os.path.getmtime(out) for o in objects):
         return False
     partial = f"{out}.partial-{os.getpid()}"
-    cmd = [compiler] + objects + ["-o", partial] + extra
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"linking {os.path.basename(out)} failed:\n$ {shlex.join(cmd)}\n"
-                         f"{proc.stderr[-6000:]}")
+    _run_tool([compiler] + objects + ["-o", partial] + extra, f"linking {os.path.basename(out)}")
     os.replace(partial, out)
+    with open(stamp, "w") as f:
+        f.write(digest)
     return True
 
 
@@ -169,12 +195,16 @@ class EntryLock:
         self.file = None
 
     def __enter__(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.file = open(self.path, "a+")
         try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.file = open(self.path, "a+")
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._wait()
+        except OSError as e:  # a folder this user cannot write, a file system without locks
+            raise BuildError(f"cannot lock {self.path}: {e}. Point TFRING_CACHE_DIR at a "
+                             "writable folder on a local file system.",
+                             "Where the build goes") from None
         self.file.seek(0)
         self.file.truncate()
         self.file.write(str(os.getpid()))
@@ -182,7 +212,12 @@ class EntryLock:
         return self
 
     def _wait(self):
-        limit = float(os.environ.get("TFRING_BUILD_WAIT_SECONDS", "1800"))
+        text = os.environ.get("TFRING_BUILD_WAIT_SECONDS", "1800")
+        try:
+            limit = float(text)
+        except ValueError:
+            raise BuildError(f"TFRING_BUILD_WAIT_SECONDS must be a number of seconds. "
+                             f"Received: {text!r}") from None
         self.file.seek(0)
         holder = self.file.read().strip() or "unknown"
         self.say(f"tfring: waiting for process {holder} to finish building "
@@ -275,6 +310,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print):
         "nccl_library": gpu.nccl_lib if gpu else None,
         "cuda_runtime_library": gpu.cudart_lib if gpu else None,
         "nccl_not_built_because": None if gpu else gpu_reason,
+        # What `pip` calls this TensorFlow, for tfringrun --check-build (no TF import there).
+        "tensorflow_distribution": _toolchain.tensorflow_distribution()[1],
         "sources": _toolchain.source_digest(),
         "built_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "build_seconds": round(time.time() - start, 1),

@@ -69,7 +69,12 @@ def check_build(out=sys.stdout):
         return 1
     dist, installed = tc.tensorflow_distribution()
     record = tc.read_record(entry)
-    stale = tc.stale_reason(entry, installed)
+    # The record's TF version is tf.__version__ ("2.21.0-rc0"); pip's is "2.21.0rc0": compare
+    # pip's with the pip version the build recorded beside it.
+    stale = tc.stale_reason(entry, None)
+    if not stale and record and record.get("tensorflow_distribution") not in (None, installed):
+        stale = (f"it was built for TensorFlow {record.get('tensorflow_distribution')}, and "
+                 f"TensorFlow {installed} is installed")
     lines = ["tfring build:",
              f"  Build folder    {entry}",
              f"  TensorFlow      {installed} ({dist})" if installed else

@@ -2,10 +2,12 @@
 
     python tools/compat.py                     # every release in RELEASES, then the full package
     python tools/compat.py --releases 2.16 2.21 --work /tmp/compat
+    python tools/compat.py --keras floor       # each release with the oldest Keras it allows
 
 For each TensorFlow release it creates a virtual environment, installs that release's
 tensorflow-cpu (the newest patch, with the Keras 3 that pip resolves for it), then tfring from
-an sdist built from this checkout, exactly as a user would: `pip install tfring-*.tar.gz`
+an sdist built from this checkout, exactly as a user would (`--keras floor`: with the oldest
+Keras 3 that release's requirements allow, `keras>=X` pinned to X, instead of the newest): `pip install tfring-*.tar.gz`
 beside their TensorFlow. It checks that the install left TensorFlow as it was (same
 distribution, same version, no second TensorFlow), times the first `import tfring` (which
 builds the library), and runs tools/compat_smoke.py on 2 ranks.
@@ -66,7 +68,14 @@ def installed(python, cwd):
     return dict(line.split() for line in lines)
 
 
-def one_row(release, distribution, tfring_source, work):
+KERAS_FLOOR_PROBE = (
+    "import importlib.metadata as m, re, sys\n"
+    "for r in m.requires(sys.argv[1]) or []:\n"
+    "    found = re.match(r'keras\\s*>=\\s*([0-9.]+)', r)\n"
+    "    if found: print(found.group(1))\n")
+
+
+def one_row(release, distribution, tfring_source, work, keras_mode="newest"):
     """(tensorflow, keras, build seconds, result) for one environment."""
     venv = os.path.join(work, "venv")
     shutil.rmtree(venv, ignore_errors=True)
@@ -76,6 +85,12 @@ def one_row(release, distribution, tfring_source, work):
     env = dict(ENV, PATH=os.path.join(venv, "bin") + os.pathsep + ENV.get("PATH", ""),
                TFRING_CACHE_DIR=os.path.join(work, "cache"))
     run(pip + [f"{distribution}=={release}.*"], 1800, work, env, f"pip install {distribution}")
+    if keras_mode == "floor":
+        floor = run([python, "-c", KERAS_FLOOR_PROBE, distribution], 60, work, env,
+                    "reading TensorFlow's Keras requirement").split()
+        if not floor:
+            raise RowFailed(f"{distribution} {release} declares no keras>=X requirement")
+        run(pip + [f"keras=={floor[0]}"], 900, work, env, f"pip install keras=={floor[0]}")
     before = installed(python, work)
     run(pip + [tfring_source], 900, work, env, f"pip install {tfring_source}")
     after = installed(python, work)
@@ -98,6 +113,8 @@ def one_row(release, distribution, tfring_source, work):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--releases", nargs="+", default=RELEASES)
+    parser.add_argument("--keras", choices=["newest", "floor"], default="newest",
+                        help="the newest Keras pip resolves, or the oldest the release allows")
     parser.add_argument("--no-full-package", action="store_true",
                         help=f"skip the row with the full tensorflow {FULL_PACKAGE} package")
     parser.add_argument("--work", default=os.path.join(ROOT, "build", "compat"),
@@ -119,7 +136,8 @@ def main(argv=None):
               file=sys.stderr, flush=True)
         try:
             tf_version, keras_version, seconds, result = one_row(
-                release, distribution, sdist if source == "sdist" else ROOT, args.work)
+                release, distribution, sdist if source == "sdist" else ROOT, args.work,
+                args.keras)
             table.append(f"| {release} | {distribution} {tf_version} | {source} | "
                          f"{keras_version} | {seconds:.0f} s | {result} |")
         except (RowFailed, subprocess.TimeoutExpired) as e:

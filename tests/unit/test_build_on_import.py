@@ -69,6 +69,24 @@ def test_a_failed_build_prints_the_compiler_error_and_build_md_advice(tmp_path):
     assert "this compiler is broken" in json.loads(failure.read_text())["error"]
 
 
+def test_processes_that_waited_on_a_failed_build_fail_with_its_error(tmp_path):
+    # A compiler that takes a while to fail, so the second process surely waits for it.
+    broken = tmp_path / "mpicxx"
+    marker = tmp_path / "slept"
+    broken.write_text(f"#!/bin/sh\nif [ ! -e {marker} ]; then touch {marker}; sleep 4; fi\n"
+                      "echo 'fake.cc:1:1: error: this compiler is broken' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    env = dict(ENV, TFRING_CACHE_DIR=str(tmp_path / "cache"), TFRING_MPICXX=str(broken))
+    procs = [subprocess.Popen([sys.executable, "-c", "import tfring"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode != 0 for p in procs)
+    assert sum(e.count("tfring: building its C++ library") for e in errs) == 1, errs
+    assert all("error: this compiler is broken" in e for e in errs), errs
+    waited = "library could not be built: another process building the same library failed"
+    assert sum(waited in e for e in errs) == 1, errs
+
+
 def test_build_on_import_off_names_the_command(tmp_path):
     proc = _run([sys.executable, "-c", "import tfring"], tmp_path / "cache", timeout=300,
                 TFRING_BUILD_ON_IMPORT="0")
@@ -97,14 +115,27 @@ def test_changed_sources_or_tensorflow_make_the_library_stale(tmp_path):
     assert "not built yet" in _toolchain.stale_reason(entry, "2.21.0")
 
 
-def test_entry_differs_per_tensorflow_mpi_and_python():
-    inputs = _toolchain.entry_inputs()
-    base = _toolchain.entry_dir(inputs)
-    assert os.path.basename(base).startswith(f"tf{inputs['tensorflow']}-")
-    for key, other in (("tensorflow_framework", ["/elsewhere", 1, 2]),
-                       ("mpicxx", ["/other/mpicxx", 3, 4]), ("python", ["cpython-39", "3.9"]),
-                       ("nccl", "TFRING_WITH_NCCL=0")):
-        assert _toolchain.entry_dir(dict(inputs, **{key: other})) != base, key
+def test_another_tensorflow_mpi_or_nccl_setting_is_another_entry(monkeypatch, tmp_path):
+    fake_tf = tmp_path / "tensorflow"
+    fake_tf.mkdir()
+    framework = fake_tf / "libtensorflow_framework.so.2"
+    framework.write_text("one build of TensorFlow")
+    mpicxx = tmp_path / "mpicxx"
+    mpicxx.write_text("#!/bin/sh\n")
+    mpicxx.chmod(0o755)
+    monkeypatch.setattr(_toolchain, "tensorflow_dir", lambda: str(fake_tf))
+    monkeypatch.setenv("TFRING_MPICXX", str(mpicxx))
+    base = _toolchain.entry_dir()
+    assert os.path.basename(base).startswith(f"tf{_toolchain.tensorflow_distribution()[1]}-")
+    assert _toolchain.entry_dir() == base  # nothing changed: the same folder
+    framework.write_text("TensorFlow reinstalled, another version")
+    after_tf = _toolchain.entry_dir()
+    assert after_tf != base
+    mpicxx.write_text("#!/bin/sh\n# another MPI\n")
+    after_mpi = _toolchain.entry_dir()
+    assert after_mpi not in (base, after_tf)
+    monkeypatch.setenv("TFRING_WITH_NCCL", "0")
+    assert _toolchain.entry_dir() not in (base, after_tf, after_mpi)
 
 
 def test_cache_root_setting_and_checkout_default(monkeypatch, tmp_path):
@@ -170,9 +201,13 @@ def test_the_sdist_carries_the_sources_and_build_md(tmp_path):
     name = proc.stdout.split()[-1]
     with tarfile.open(tmp_path / name) as tar:
         members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
+        (build_md,) = [m for m in tar.getmembers() if m.name.endswith("/tfring/BUILD.md")]
+        assert build_md.isfile()  # the link in the checkout becomes the file itself
+        text = tar.extractfile(build_md).read().decode()
+    assert text == open(os.path.join(_toolchain.ROOT, "BUILD.md")).read()
     for folder, _, files in os.walk(_toolchain.KERNELS):
         for f in files:
             if f.endswith((".cc", ".h")):
                 rel = os.path.relpath(os.path.join(folder, f), _toolchain.ROOT)
                 assert rel in members, rel
-    assert "tfring/BUILD.md" in members and "tfring/_toolchain.py" in members
+    assert "tfring/_toolchain.py" in members

@@ -78,7 +78,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             optimizer.inner_optimizer, initial_scale=optimizer.initial_scale,
             dynamic_growth_steps=optimizer.dynamic_growth_steps, **options)
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        if keras.config.dtype_policy().name == "mixed_float16":
+        # keras.mixed_precision.global_policy: Keras 3.0 has no keras.config.dtype_policy.
+        if keras.mixed_precision.global_policy().name == "mixed_float16":
             return DistributedLossScaleOptimizer(optimizer, **options)
         return DistributedKerasOptimizer(optimizer, **options)
     if _tf_keras.is_tf_keras_optimizer(optimizer):
@@ -245,6 +246,12 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
     @property
     def iterations(self):
         return self.inner_optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, value):
+        # Older Keras 3 releases (3.2) assign their own step counter in the base __init__; the
+        # inner optimizer's counter is the one that counts applied steps.
+        self._unused_own_iterations = value
 
     def scale_loss(self, loss):
         return self.inner_optimizer.scale_loss(loss)
