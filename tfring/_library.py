@@ -164,6 +164,7 @@ def capi():
                                 ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
     lib.tfring_mpi_version.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.tfring_reduce_op_value.argtypes = [ctypes.c_char_p]
+    lib.tfring_status_code_value.argtypes = [ctypes.c_char_p]
     lib.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                                           ctypes.c_int]
     return lib

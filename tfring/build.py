@@ -341,13 +341,15 @@ def build_native_tests(mpicxx, by_source, runtime_objs, test_files, gpu_link):
     def is_test(path):
         f = os.path.basename(path)
         return f.startswith("test_") and f != "test_harness.cc"
-    # Everything but the global runtime and its C API: tests compose their own coordinators.
+    # Everything but the global runtime and its C API: tests compose their own coordinators,
+    # except the tests of the global runtime itself (test_*global_runtime*).
     core = [o for o in runtime_objs if "/runtime/" not in o]
     support = [by_source[s] for s in sources(INPROC_DIR)]
     support += [by_source[f] for f in test_files if not is_test(f)]
     for f in filter(is_test, test_files):
         out = os.path.join(CHECKOUT_BUILD_DIR, "tests", os.path.basename(f)[:-3])
-        link(mpicxx, core + support + [by_source[f]], out, ["-pthread"] + gpu_link)
+        runtime = runtime_objs if "global_runtime" in os.path.basename(f) else core
+        link(mpicxx, runtime + support + [by_source[f]], out, ["-pthread"] + gpu_link)
 
 
 def main(argv=None):

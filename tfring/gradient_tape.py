@@ -18,6 +18,7 @@ through the tape, so that the optimizer runs on update steps only:
 """
 
 import functools
+import weakref
 
 import tensorflow as tf
 
@@ -26,7 +27,8 @@ from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 
 # Tapes are made anew each step, but the sums of backward_passes_per_step > 1 must outlive
-# them: they are kept per list of variables (and options).
+# them: they are kept per list of variables (and options), for as long as the variables
+# live (tf.Variable cannot be a dict key; its id can, while the variable lives).
 _ACCUMULATORS = {}
 
 
@@ -37,6 +39,10 @@ def _accumulator_for(sources, passes, average):
         accumulator = _accumulation.GradientAccumulator(passes, average)
         accumulator.build(sources)
         _ACCUMULATORS[key] = accumulator
+        # Forgotten when any of its variables goes: the table holds only live sums, and a
+        # later variable that reuses an id never finds a stale one.
+        for v in sources:
+            weakref.finalize(v, _ACCUMULATORS.pop, key, None)
     return accumulator
 
 

@@ -2,12 +2,33 @@
 
 import atexit
 import ctypes
+import enum
 
 from tfring import _library
 
-# tfring's StatusCode values (kernels/common/status.h) -> the Python exception raised.
-_INIT_ERRORS = {1: ValueError, 2: RuntimeError, 3: RuntimeError, 4: TimeoutError,
-                5: ConnectionError, 6: RuntimeError}
+
+class StatusCode(enum.IntEnum):
+    """The runtime's status codes (kernels/common/status.h; a unit test checks the values
+    against the library's own names)."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    FAILED_PRECONDITION = 2
+    ABORTED = 3
+    DEADLINE_EXCEEDED = 4
+    UNAVAILABLE = 5
+    INTERNAL = 6
+
+
+# What init() and start_timeline() raise for each failing code (the ops raise TensorFlow's
+# errors instead, mapped in kernels/tf/adapter.cc).
+_INIT_ERRORS = {
+    StatusCode.INVALID_ARGUMENT: ValueError,
+    StatusCode.FAILED_PRECONDITION: RuntimeError,
+    StatusCode.ABORTED: RuntimeError,
+    StatusCode.DEADLINE_EXCEEDED: TimeoutError,
+    StatusCode.UNAVAILABLE: ConnectionError,
+    StatusCode.INTERNAL: RuntimeError,
+}
 _atexit_registered = False
 
 

@@ -157,6 +157,13 @@ bool AllClose(DataType dtype, const std::vector<double>& got, const std::vector<
 
 OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, ReduceOp op, Placement where) {
+  return SubmitAllreduce([c](Entry e) { c->Enqueue(std::move(e)); }, name, dtype, shape, values,
+                         op, where);
+}
+
+OpPtr SubmitAllreduce(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
+                      const Shape& shape, const std::vector<double>& values, ReduceOp op,
+                      Placement where) {
   Entry e;
   OpPtr p = NewOp(name, dtype, shape, values, where, &e);
   e.request.kind = CollectiveKind::kAllreduce;
@@ -165,7 +172,7 @@ OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, c
   p->output.resize(p->input.size());
   p->output_shape = shape;
   e.output = p->output.data();
-  c->Enqueue(std::move(e));
+  enqueue(std::move(e));
   return p;
 }
 

@@ -5,6 +5,7 @@
 // same value formula the ranks used to fill their inputs (TestValue).
 #pragma once
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -71,6 +72,11 @@ struct Placement {
 };
 
 // Submit one collective to `c`; the returned Op completes when its done callback runs.
+// The EnqueueFn form hands the entry to any queue (GlobalRuntime::Enqueue, say).
+using EnqueueFn = std::function<void(Entry)>;
+OpPtr SubmitAllreduce(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
+                      const Shape& shape, const std::vector<double>& values, ReduceOp op,
+                      Placement where = {});
 OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, ReduceOp op, Placement where = {});
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,

@@ -39,7 +39,15 @@ InprocJob::InprocJob(int size, const Options& options, double world_timeout_seco
     : InprocJob(size, options, nullptr, world_timeout_seconds) {}
 
 InprocJob::InprocJob(int size, const Options& options,
-                     FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds) {
+                     FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds)
+    : InprocJob(size, options, device_counters, world_timeout_seconds, nullptr) {}
+
+InprocJob::InprocJob(int size, const Options& options, const WrapBackend& wrap)
+    : InprocJob(size, options, nullptr, 20.0, wrap) {}
+
+InprocJob::InprocJob(int size, const Options& options,
+                     FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds,
+                     const WrapBackend& wrap) {
   auto control_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto data_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto device_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
@@ -53,11 +61,13 @@ InprocJob::InprocJob(int size, const Options& options,
                                          size),
           r, size);
     }
+    std::unique_ptr<Backend> backend = std::make_unique<InprocBackend>(data_world, r);
+    if (wrap) backend = wrap(std::move(backend), r);
     coordinators_.push_back(std::make_unique<Coordinator>(
         options,
         std::make_unique<CountingControlPlane>(
             std::make_unique<InprocControlPlane>(control_world, r), rounds_.back().get()),
-        std::make_unique<InprocBackend>(data_world, r), std::move(device)));
+        std::move(backend), std::move(device)));
   }
   for (auto& c : coordinators_) c->Start();
 }

@@ -26,6 +26,10 @@ class InprocJob {
   // FakeDeviceMemory (host memory standing in for a GPU's) and its own in-process backend.
   InprocJob(int size, const Options& options, FakeDeviceMemory::Counters* device_counters,
             double world_timeout_seconds = 20.0);
+  // With each rank's host backend passed through `wrap` (a test's fault injection, say).
+  using WrapBackend =
+      std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend> backend, int rank)>;
+  InprocJob(int size, const Options& options, const WrapBackend& wrap);
   ~InprocJob();  // Shutdown()
 
   int size() const { return static_cast<int>(coordinators_.size()); }
@@ -43,6 +47,9 @@ class InprocJob {
   void Shutdown();
 
  private:
+  InprocJob(int size, const Options& options, FakeDeviceMemory::Counters* device_counters,
+            double world_timeout_seconds, const WrapBackend& wrap);
+
   std::vector<std::unique_ptr<std::atomic<int64_t>>> rounds_;
   std::vector<std::unique_ptr<Coordinator>> coordinators_;
 };

@@ -382,6 +382,49 @@ TFRING_TEST(CoordinatorInproc, ShutdownFailsOnlyPendingOps) {
   }
 }
 
+// A backend whose allreduce fails on every rank, with a message that names neither tensor
+// nor rank (as MPI's and NCCL's errors do not).
+class FailingAllreduceBackend : public Backend {
+ public:
+  explicit FailingAllreduceBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  const char* name() const override { return "failing"; }
+  Status Allreduce(const void*, void*, int64_t, DataType, ReduceOp) override {
+    return Status::Internal("MPI_Allreduce failed on the wire");
+  }
+  Status Allgather(const void* in, void* out, const std::vector<int64_t>& bytes) override {
+    return inner_->Allgather(in, out, bytes);
+  }
+  Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                       DataType dtype, ReduceOp op) override {
+    return inner_->Reducescatter(in, out, counts, dtype, op);
+  }
+  Status Alltoall(const void* in, const std::vector<int64_t>& send, void* out,
+                  const std::vector<int64_t>& recv) override {
+    return inner_->Alltoall(in, send, out, recv);
+  }
+  Status Broadcast(void* buffer, int64_t bytes, int root) override {
+    return inner_->Broadcast(buffer, bytes, root);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TFRING_TEST(CoordinatorInproc, BackendFailureNamesTheTensorsAndTheRank) {
+  for (int size : kSizes) {
+    InprocJob job(size, TestOptions(), [](std::unique_ptr<Backend> inner, int) {
+      return std::unique_ptr<Backend>(new FailingAllreduceBackend(std::move(inner)));
+    });
+    job.OnEveryRank([&](int rank) {
+      OpPtr lone = SubmitAllreduce(job.rank(rank), "grad/lone", DataType::kFloat32, {2},
+                                   TestValues(DataType::kFloat32, rank, 2), ReduceOp::kSum);
+      ExpectFailure(lone, StatusCode::kInternal,
+                    "allreduce of 'grad/lone' failed on rank " + std::to_string(rank) +
+                        ": MPI_Allreduce failed on the wire");
+    });
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace tfring

@@ -17,6 +17,7 @@
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
+#include "tfring/kernels/backends/mpi/mpi_check.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/common/logging.h"
@@ -220,6 +221,19 @@ TFRING_TEST(MpiRuntime, ShapeMismatchFailsOnEveryRank) {
   OpPtr good = SubmitAllreduce(C(), "mismatch", DataType::kFloat32, {2},
                                TestValues(DataType::kFloat32, Rank(), 2), ReduceOp::kSum);
   ExpectAllreduced(good, ReduceOp::kSum, Size(), 0);
+}
+
+TFRING_TEST(MpiRuntime, MpiErrorsNameTheFunctionAndTheRank) {
+  const Status s = MpiStatus(MPI_ERR_COMM, "MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out)",
+                             "/src/tfring/kernels/backends/mpi/mpi_backend.cc", 42);
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_CONTAINS(s.message(), "MPI_Allreduce failed on rank " + std::to_string(Rank()) + ": ");
+  EXPECT_CONTAINS(s.message(), "(mpi_backend.cc:42)");
+  EXPECT_TRUE(s.message().find("MPI_IN_PLACE") == std::string::npos) << s.message();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(MPI_ERR_COMM, text, &len);
+  EXPECT_CONTAINS(s.message(), std::string(text, len));
 }
 
 }  // namespace

@@ -27,6 +27,18 @@ def test_reduce_op_values_match_the_library():
         assert lib.tfring_reduce_op_value(name.encode()) == getattr(tfring, name), name
 
 
+def test_status_codes_match_the_library_and_each_maps_to_an_exception():
+    from tfring import runtime
+
+    lib = _library.capi()
+    for code in runtime.StatusCode:
+        assert lib.tfring_status_code_value(code.name.encode()) == code.value, code
+    assert lib.tfring_status_code_value(b"NO_SUCH_CODE") == -1
+    assert set(runtime._INIT_ERRORS) == set(runtime.StatusCode) - {runtime.StatusCode.OK}
+    assert runtime._INIT_ERRORS[runtime.StatusCode.INVALID_ARGUMENT] is ValueError
+    assert runtime._INIT_ERRORS[runtime.StatusCode.UNAVAILABLE] is ConnectionError
+
+
 def test_ops_before_init_fail_clearly():
     # A fresh process: this one may already be initialized.
     code = (

@@ -74,3 +74,38 @@ def test_horovod_keras_names():
     hvd.init()
     np.testing.assert_array_equal(hvd.reducescatter(np.ones((3, 2))), np.ones((3, 2)))
     assert hvd.allreduce(2.0, compression=hvd.Compression.fp16) == 2.0
+
+
+def test_epoch_state_goes_with_its_model():
+    import gc
+
+    tfring.init()
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    callback = hvd.callbacks.MetricAverageCallback()
+    callback.set_model(model)
+    callback.on_epoch_begin(0)
+    assert callbacks._epochs[model] == {"start": 0, "joined": False}
+    assert len(callbacks._epochs) == 1
+    del callback, model
+    gc.collect()
+    assert len(callbacks._epochs) == 0  # a new model reusing the id finds no stale state
+
+
+def test_tape_accumulators_go_with_their_variables():
+    import gc
+
+    from tfring import gradient_tape
+
+    tfring.init()
+    before = len(gradient_tape._ACCUMULATORS)
+    v = tf.Variable([1.0, 2.0])
+    for _ in range(2):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(v * v)
+        tape = tfring.DistributedGradientTape(tape, backward_passes_per_step=2)
+        tape.gradient(loss, [v])
+    assert len(gradient_tape._ACCUMULATORS) == before + 1  # one per variable list, reused
+    del v, tape
+    gc.collect()
+    assert len(gradient_tape._ACCUMULATORS) == before

@@ -43,6 +43,7 @@ import contextlib
 import math
 import numbers
 import warnings
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -119,8 +120,9 @@ def _optimizer_of(model, who):
 
 # Ending epochs together (uneven data)
 
-# id(model) -> {"start": optimizer iterations at the epoch's start, "joined": bool}
-_epochs = {}
+# model -> {"start": optimizer iterations at the epoch's start, "joined": bool}; weak, so a
+# model that goes takes its entry with it.
+_epochs = weakref.WeakKeyDictionary()
 
 
 def _iterations(model):
@@ -132,7 +134,7 @@ def _iterations(model):
 def _end_epoch_together(model):
     """Joins, then, if ranks ran different numbers of steps this epoch, gives every rank the
     weights and optimizer state of the rank that ran the most. Once per epoch and model."""
-    state = _epochs.get(id(model))
+    state = _epochs.get(model)
     if state is None or state["joined"]:
         return
     state["joined"] = True
@@ -157,7 +159,7 @@ class _EndEpochTogether:
     that overrides on_epoch_begin or on_epoch_end calls super() first."""
 
     def on_epoch_begin(self, epoch, logs=None):
-        _epochs[id(self.model)] = {"start": _iterations(self.model), "joined": False}
+        _epochs[self.model] = {"start": _iterations(self.model), "joined": False}
         super().on_epoch_begin(epoch, logs)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -110,6 +110,17 @@ int64_t ResponseBytes(const Response& r) {
   return rows * RowBytes(sig);
 }
 
+// A backend's failure, said where it happened: the collective, its tensors and this rank.
+// Backends know buffers, not names; this is the one place that knows both.
+Status FailureWhere(const Status& s, const std::vector<const Response*>& group, int rank) {
+  std::string names;
+  const size_t shown = std::min<size_t>(group.size(), 3);
+  for (size_t i = 0; i < shown; ++i) names += (i ? ", '" : "'") + group[i]->name + "'";
+  if (group.size() > shown) names += " and " + std::to_string(group.size() - shown) + " more";
+  return Status(s.code(), std::string(CollectiveKindName(group[0]->kind)) + " of " + names +
+                              " failed on rank " + std::to_string(rank) + ": " + s.message());
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
@@ -727,6 +738,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
         case CollectiveKind::kBarrier:
         case CollectiveKind::kJoin: break;
       }
+      if (!s.ok()) s = FailureWhere(s, rs, rank_);
     }
     TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "
                        << CollectiveKindName(head.kind) << " of " << rs.size() << " tensor(s), "

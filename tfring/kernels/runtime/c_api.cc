@@ -90,4 +90,14 @@ int tfring_reduce_op_value(const char* name) {
   return -1;
 }
 
+// The StatusCode value for its name ("INVALID_ARGUMENT", ...), or -1: lets Python check the
+// codes it maps to exceptions (runtime.py).
+int tfring_status_code_value(const char* name) {
+  for (int v = 0; v < 16; ++v) {
+    const char* known = tfring::StatusCodeName(static_cast<tfring::StatusCode>(v));
+    if (std::strcmp(known, "UNKNOWN") != 0 && std::strcmp(known, name) == 0) return v;
+  }
+  return -1;
+}
+
 }  // extern "C"

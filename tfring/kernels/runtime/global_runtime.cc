@@ -1,5 +1,9 @@
 #include "tfring/kernels/runtime/global_runtime.h"
 
+#include <chrono>
+#include <climits>
+#include <thread>
+
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/common/build_config.h"
@@ -88,15 +92,20 @@ ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
               ? NewMpiBackend(host_comm, &host)
               : Status::Internal("MPI_Comm_dup of the process set's communicator failed");
     }
-    int ok = s.ok() ? 1 : 0, all_ok = 0;
-    const int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, set_comm);
     int rank = 0, size = 1;
     MPI_Comm_rank(set_comm, &rank);
     MPI_Comm_size(set_comm, &size);
+    // The lowest member (position in the set) whose setup failed, or INT_MAX.
+    int mine = s.ok() ? INT_MAX : rank, first_failed = INT_MAX;
+    const int rc = MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, set_comm);
     MPI_Comm_free(&set_comm);
-    if (s.ok() && (rc != MPI_SUCCESS || !all_ok)) {
+    if (s.ok() && rc != MPI_SUCCESS) {
+      s = Status::Internal("agreeing on the setup of process set " + RankListString(members) +
+                           " failed");
+    } else if (s.ok() && first_failed != INT_MAX) {
       s = Status::FailedPrecondition(
-          "setting up the process set failed on another of its members (its error says why)");
+          "setting up process set " + RankListString(members) + " failed on rank " +
+          std::to_string(members[first_failed]) + " (its error there says why)");
     }
     TFRING_RETURN_IF_ERROR(s);
     out->host = std::make_unique<HostExecutor>(std::move(host), rank, size);
@@ -106,17 +115,18 @@ ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
 }
 
 // Every rank learns whether `status` is OK everywhere; a rank whose own is OK but another's
-// is not gets an error saying so.
-Status AgreeAcrossRanks(Status* status) {
+// is not gets an error naming the lowest rank that failed.
+Status AgreeAcrossRanks(int rank, Status* status) {
   MPI_Comm comm;
   TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&comm));
-  int ok = status->ok() ? 1 : 0, all_ok = 0;
-  const int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  int mine = status->ok() ? INT_MAX : rank, first_failed = INT_MAX;
+  const int rc = MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm);
   MPI_Comm_free(&comm);
   if (rc != MPI_SUCCESS) return Status::Internal("agreeing on tfring.init() across ranks failed");
-  if (status->ok() && !all_ok) {
-    *status = Status::FailedPrecondition(
-        "tfring.init() failed on another rank (its error says why); no rank starts");
+  if (status->ok() && first_failed != INT_MAX) {
+    *status = Status::FailedPrecondition("tfring.init() failed on rank " +
+                                         std::to_string(first_failed) +
+                                         " (its error there says why); no rank starts");
   }
   return Status::OK();
 }
@@ -148,13 +158,13 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
   TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, MpiContext::World(), &device));
-  coordinator_ = std::make_unique<Coordinator>(options, std::move(control), std::move(backend),
+  coordinator_ = std::make_shared<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device),
                                                NewProcessSetFactory(options, sets_comm));
   // Setup that can fail on some ranks only (rank 0's autotune log): agree before starting,
   // so that no rank runs a coordinator whose peers never will.
   Status mine = coordinator_->init_status();
-  TFRING_RETURN_IF_ERROR(AgreeAcrossRanks(&mine));
+  TFRING_RETURN_IF_ERROR(AgreeAcrossRanks(layout_.rank, &mine));
   if (!mine.ok()) {
     coordinator_.reset();
     return mine;
@@ -174,18 +184,26 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
 }
 
 void GlobalRuntime::Shutdown() {
-  std::unique_ptr<Coordinator> coordinator;
+  std::shared_ptr<Coordinator> coordinator;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     coordinator.swap(coordinator_);
   }
   if (!coordinator) return;
   coordinator->Shutdown();
-  if (coordinator->peer_lost()) {
-    // The communicators are unusable; freeing them could block. Leak them on purpose.
+  // An Enqueue that took its reference before the swap is finishing its call: after
+  // Shutdown, the coordinator fails new entries at once. Wait for it, so that the
+  // communicators are freed here (before MPI may be finalized), not on that thread later.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (coordinator.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  if (coordinator->peer_lost() || coordinator.use_count() > 1) {
+    // The communicators are unusable (a lost peer: freeing them could block), or another
+    // thread still holds the coordinator: leak it on purpose rather than free it under them.
     std::lock_guard<std::mutex> lock(mutex_);
-    peers_lost_ = true;
-    coordinator.release();
+    peers_lost_ = peers_lost_ || coordinator->peer_lost();
+    new std::shared_ptr<Coordinator>(std::move(coordinator));
   }
 }
 
@@ -227,16 +245,17 @@ void GlobalRuntime::StopTimeline() {
 }
 
 void GlobalRuntime::Enqueue(Entry entry) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!coordinator_) {
-    lock.unlock();
+  std::shared_ptr<Coordinator> coordinator;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    coordinator = coordinator_;
+  }
+  if (!coordinator) {
     entry.done(Status::FailedPrecondition("tfring has not been initialized: call tfring.init() "
                                           "before running '" + entry.request.name + "'"));
     return;
   }
-  Coordinator* c = coordinator_.get();
-  lock.unlock();
-  c->Enqueue(std::move(entry));
+  coordinator->Enqueue(std::move(entry));
 }
 
 std::string GlobalRuntime::NextUnnamedName(const std::vector<int32_t>& process_set) {

@@ -44,7 +44,10 @@ class GlobalRuntime {
 
  private:
   std::mutex mutex_;
-  std::unique_ptr<Coordinator> coordinator_;
+  // Shared: Enqueue takes its own reference under the lock and calls the coordinator after
+  // releasing it, so a concurrent Shutdown (another thread, an atexit during an op) cannot
+  // destroy the coordinator under it. Shutdown waits for those references to go.
+  std::shared_ptr<Coordinator> coordinator_;
   ProcessLayout layout_;
   bool peers_lost_ = false;
 };

@@ -87,11 +87,21 @@ Status MakeWorld(const WorldChoice& choice) {
 }  // namespace
 
 Status MpiStatus(int rc, const char* call, const char* file, int line) {
+  // `call` is the whole C++ expression; its MPI function is what a reader needs.
+  std::string function(call);
+  function = function.substr(0, function.find('('));
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  return Status::Internal(std::string(call) + " failed: " + std::string(text, len) + " (" + file +
-                          ":" + std::to_string(line) + ")");
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string where(file);
+  where = where.substr(where.find_last_of('/') + 1);
+  return Status::Internal(function + " failed on rank " + std::to_string(rank) + ": " +
+                          std::string(text, len) + " (" + where + ":" + std::to_string(line) +
+                          ")");
 }
 
 Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) {
