@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 TF_VERSION ?= 2.21.0
 TF_KERAS_VERSION ?= 2.21.0
 
-.PHONY: demo test build bench bench-keras bench-autotune compat clean
+.PHONY: demo test build build-sanitized bench bench-keras bench-autotune compat clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -29,10 +29,16 @@ $(VENV)/.installed: pyproject.toml
 build: $(VENV)/.installed
 	$(PYTHON) -m tfring.build --tests
 
+# The native tests again under AddressSanitizer+UBSan and ThreadSanitizer (no TF, no GPU
+# path), for the suite.
+build-sanitized: $(VENV)/.installed
+	$(PYTHON) tfring/build.py --native-only --sanitize address
+	$(PYTHON) tfring/build.py --native-only --sanitize thread
+
 demo: build
 	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/keras_fit.py
 
-test: build
+test: build build-sanitized
 	$(PYTHON) tests/run_suite.py
 
 bench: build

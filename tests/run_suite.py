@@ -81,6 +81,32 @@ def visible_gpus():
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+# The native tests again, built with sanitizers (`python tfring/build.py --native-only
+# --sanitize address|thread`; the Makefile's build does both). A report fails the test.
+SANITIZER_ENV = {
+    "address": {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",  # MPI's own allocations
+                "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"},
+    # Open MPI's UCX intercepts memory calls, which crashes under ThreadSanitizer.
+    "thread": {"TSAN_OPTIONS": "halt_on_error=1", "UCX_MEM_EVENTS": "no"},
+}
+
+
+def sanitized_stages():
+    stages = []
+    for kind, env in SANITIZER_ENV.items():
+        exported = [a for k in env for a in ("-x", k)]
+        for binary in sorted(glob.glob(os.path.join(ROOT, "build", f"tests-{kind}", "test_*"))):
+            name = f"native {os.path.basename(binary)} [{kind}]"
+            if "mpi" not in os.path.basename(binary):
+                stages.append((name, [binary], 300, None, env))
+            elif kind == "address":  # MPI itself is not built for ThreadSanitizer
+                for n in (2, 3):
+                    stages.append((f"{name} np={n}",
+                                   MPIRUN + ["-np", str(n)] + exported + [binary], 300, None,
+                                   env))
+    return stages
+
+
 def main():
     stages = []
     native = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
@@ -95,6 +121,7 @@ def main():
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
         else:
             stages.append((f"native {name}", [binary], 180))
+    stages += sanitized_stages()
     stages.append(("unit", PYTEST + ["tests/unit"], 600))
     for n in (2, 3):
         stages.append((f"parallel np={n}", MPIRUN + ["-np", str(n), "--tag-output"] + PYTEST +

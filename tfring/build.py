@@ -242,22 +242,39 @@ class EntryLock:
         self.file.close()
 
 
-def build(entry=None, with_tests=False, native_only=False, say=print):
+# Sanitizer builds of the native tests (`--sanitize`, `make sanitize`): compile and link flags.
+SANITIZERS = {
+    "address": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],
+    "thread": ["-fsanitize=thread"],
+}
+
+
+def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=None):
     """Builds the library into `entry` (this environment's entry by default) and returns its
     record (build_info.json). The caller holds the entry's lock when other processes may
-    build the same entry; main() does."""
+    build the same entry; main() does. sanitize ("address" or "thread", native_only only):
+    the native tests with that sanitizer, into build/tests-<sanitize>/, without the GPU path."""
     start = time.time()
     mpicxx = find_mpicxx()
-    gpu, gpu_reason = find_gpu_toolchain()
+    gpu, gpu_reason = find_gpu_toolchain() if not sanitize else (None, f"a {sanitize} build")
     common = ["-O2", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}"]
     if gpu:
         common += gpu.compile_flags()
+    tests_dir = os.path.join(CHECKOUT_BUILD_DIR, "tests")
+    extra_link = []
+    if sanitize:
+        if not native_only:
+            raise BuildError("--sanitize builds the native tests only (with --native-only)")
+        extra_link = SANITIZERS[sanitize]
+        common = ["-O1", "-g", "-fno-omit-frame-pointer"] + common[1:] + extra_link
+        tests_dir = os.path.join(CHECKOUT_BUILD_DIR, f"tests-{sanitize}")
     if native_only:
         # No TensorFlow here (a GPU machine may lack it): the runtime alone, with the
         # compiler's default ABI, and its native tests.
         tf_version, tf_compile, tf_link = None, ["-std=c++17"], []
         with_tests = True
-        obj_dir = os.path.join(CHECKOUT_BUILD_DIR, "native-obj")
+        obj_dir = os.path.join(CHECKOUT_BUILD_DIR,
+                               f"native-obj-{sanitize}" if sanitize else "native-obj")
     else:
         tf_version, tf_compile, tf_link = tensorflow_flags()
         entry = entry or _toolchain.entry_dir()
@@ -287,12 +304,13 @@ def build(entry=None, with_tests=False, native_only=False, say=print):
     glue_objs = [by_source[s] for d in glue_dirs for s in sources(d)]
     gpu_link = gpu.link_flags() if gpu else []
     if with_tests:
-        build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu), gpu_link)
+        build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu),
+                           gpu_link + extra_link, tests_dir)
         if gpu:
             build_native_benches(mpicxx, by_source, runtime_objs, gpu_link)
     nccl_note = (f"NCCL {gpu.nccl_version()}: built" if gpu else f"NCCL: not built, {gpu_reason}")
     if native_only:
-        say(f"tfring: built the native tests in {CHECKOUT_BUILD_DIR}/tests without TensorFlow "
+        say(f"tfring: built the native tests in {tests_dir} without TensorFlow "
             f"({nccl_note}) in {time.time() - start:.1f} s, "
             f"{rebuilt} of {len(objects)} files compiled")
         return None
@@ -332,7 +350,7 @@ def build_native_benches(mpicxx, by_source, runtime_objs, gpu_link):
         link(mpicxx, core + [by_source[source]], out, ["-pthread"] + gpu_link)
 
 
-def build_native_tests(mpicxx, by_source, runtime_objs, test_files, gpu_link):
+def build_native_tests(mpicxx, by_source, runtime_objs, test_files, link_flags, tests_dir):
     """tests/cpp/test_*.cc: each a binary over the runtime (no TensorFlow).
 
     Every other .cc there (and the harness, test_harness.cc, which holds main()) is support
@@ -347,9 +365,9 @@ def build_native_tests(mpicxx, by_source, runtime_objs, test_files, gpu_link):
     support = [by_source[s] for s in sources(INPROC_DIR)]
     support += [by_source[f] for f in test_files if not is_test(f)]
     for f in filter(is_test, test_files):
-        out = os.path.join(CHECKOUT_BUILD_DIR, "tests", os.path.basename(f)[:-3])
+        out = os.path.join(tests_dir, os.path.basename(f)[:-3])
         runtime = runtime_objs if "global_runtime" in os.path.basename(f) else core
-        link(mpicxx, runtime + support + [by_source[f]], out, ["-pthread"] + gpu_link)
+        link(mpicxx, runtime + support + [by_source[f]], out, ["-pthread"] + link_flags)
 
 
 def main(argv=None):
@@ -357,6 +375,9 @@ def main(argv=None):
     parser.add_argument("--tests", action="store_true", help="also build tests/cpp binaries")
     parser.add_argument("--native-only", action="store_true",
                         help="build only the runtime's native tests, without TensorFlow")
+    parser.add_argument("--sanitize", choices=sorted(SANITIZERS),
+                        help="with --native-only: the native tests under a sanitizer, in "
+                             "build/tests-<sanitizer>/")
     parser.add_argument("--where", action="store_true",
                         help="print this environment's build folder and build nothing")
     args = parser.parse_args(argv)
@@ -364,7 +385,7 @@ def main(argv=None):
         if args.where:
             print(_toolchain.entry_dir())
         elif args.native_only:
-            build(native_only=True)
+            build(native_only=True, sanitize=args.sanitize)
         else:
             entry = _toolchain.entry_dir()
             with EntryLock(entry):

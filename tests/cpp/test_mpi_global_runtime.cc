@@ -52,7 +52,7 @@ const EnqueueFn kEnqueue = [](Entry e) { Runtime().Enqueue(std::move(e)); };
 TFRING_TEST(GlobalRuntime, EnqueueRacingShutdownCompletesEveryEntryOnce) {
   const int rank = Runtime().layout().rank;
   constexpr int kThreads = 4;
-  constexpr int kRounds = 15;
+  constexpr int kRounds = 40;
   constexpr int kPerThread = 200;
   for (int round = 0; round < kRounds; ++round) {
     if (round > 0) InitOrDie();  // every rank, in step: Init is collective
@@ -75,7 +75,12 @@ TFRING_TEST(GlobalRuntime, EnqueueRacingShutdownCompletesEveryEntryOnce) {
         }
       });
     }
-    // Shut down while the threads are enqueueing, at a different moment each round.
+    // Shut down while the threads are enqueueing (each has begun), at a different moment
+    // each round.
+    while (true) {
+      std::lock_guard<std::mutex> lock(ops_mutex);
+      if (ops.size() >= static_cast<size_t>(kThreads)) break;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 5)));
     Runtime().Shutdown();
     std::this_thread::sleep_for(std::chrono::microseconds(500));
