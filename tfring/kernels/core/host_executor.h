@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/group_executor.h"
 
 namespace tfring {

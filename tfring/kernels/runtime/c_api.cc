@@ -4,9 +4,9 @@
 #include <cstring>
 #include <string>
 
-#include "tfring/kernels/runtime/global_runtime.h"
-
+#include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/build_config.h"
+#include "tfring/kernels/runtime/global_runtime.h"
 
 using tfring::GlobalRuntime;
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
+#include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/logging.h"

@@ -9,8 +9,8 @@
 #include <vector>
 #include <mutex>
 
-#include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/core/coordinator.h"
+#include "tfring/kernels/core/process_layout.h"
 
 namespace tfring {
 

@@ -1,12 +1,12 @@
 // Backend over an InprocWorld: collectives on host buffers between ranks that are threads
 // of one process. Reductions combine the ranks' inputs in rank order with ReduceInto
 // (common/elementwise.h), so every rank gets bit-identical results, float16 included.
-// See backends/backend.h for the calling contract.
+// See core/backend.h for the calling contract.
 #pragma once
 
 #include <memory>
 
-#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/backends/inproc/inproc_world.h"
 
 namespace tfring {

@@ -9,7 +9,7 @@
 
 #include <mpi.h>
 
-#include "tfring/kernels/backends/backend.h"
+#include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/backends/mpi/mpi_half_ops.h"
 
 namespace tfring {

@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "tfring/kernels/backends/backend.h"
-#include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/options.h"
+#include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/group_executor.h"
+#include "tfring/kernels/core/process_layout.h"
 
 namespace tfring {
 
