@@ -80,7 +80,7 @@ def ensure_built():
                 build.write_json(os.path.join(folder, FAILURE_NAME),
                                  {"error": str(e), "section": e.section, "time": time.time()})
                 raise
-            _remove(os.path.join(folder, FAILURE_NAME))
+            build.remove_if_exists(os.path.join(folder, FAILURE_NAME))
     except _toolchain.BuildError as e:
         raise ImportError(failure_text(str(e), e.section)) from None
     except OSError as e:  # the build folder cannot be written: no BuildError says so
@@ -97,13 +97,6 @@ def _raise_if_failed_while_waiting(folder, waited_since):
         raise _toolchain.BuildError(
             "another process building the same library failed; its error:\n" +
             failure.get("error", "(no message)"), failure.get("section", "When the build fails"))
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 def failure_text(error, section):

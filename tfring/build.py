@@ -101,7 +101,7 @@ def compile_one(obj_dir, compiler, flags, source):
     os.makedirs(os.path.dirname(obj), exist_ok=True)
     # The stamp goes first and comes back last: a compile killed half-way (a job torn down
     # while one rank builds) leaves an object without a stamp, which the next build redoes.
-    _remove(obj[:-2] + ".flags")
+    remove_if_exists(obj[:-2] + ".flags")
     cmd = [compiler] + flags + ["-MMD", "-MF", obj[:-2] + ".d", "-c", source, "-o", obj]
     _run_tool(cmd, f"compiling {os.path.relpath(source, ROOT)}")
     with open(obj[:-2] + ".flags", "w") as f:
@@ -109,7 +109,7 @@ def compile_one(obj_dir, compiler, flags, source):
     return obj, True
 
 
-def _remove(path):
+def remove_if_exists(path):
     try:
         os.remove(path)
     except FileNotFoundError:

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tfring
 import tfring.keras as hvd
 from tfring import _gradients
-from tfring.keras import callbacks
+from tfring.keras import _epoch_end, callbacks
 
 
 def test_every_public_keras_name_exists_and_is_documented():
@@ -85,11 +85,11 @@ def test_epoch_state_goes_with_its_model():
     callback = hvd.callbacks.MetricAverageCallback()
     callback.set_model(model)
     callback.on_epoch_begin(0)
-    assert callbacks._epochs[model] == {"start": 0, "joined": False}
-    assert len(callbacks._epochs) == 1
+    assert _epoch_end._epochs[model] == {"start": 0, "joined": False}
+    assert len(_epoch_end._epochs) == 1
     del callback, model
     gc.collect()
-    assert len(callbacks._epochs) == 0  # a new model reusing the id finds no stale state
+    assert len(_epoch_end._epochs) == 0  # a new model reusing the id finds no stale state
 
 
 def test_tape_accumulators_go_with_their_variables():

@@ -40,140 +40,23 @@ collectives have no XLA lowering.
 """
 
 import contextlib
-import math
 import numbers
-import warnings
-import weakref
 
 import numpy as np
 import tensorflow as tf
 
-from tfring import _gradients, collectives, functions, runtime
-from tfring.keras import _values, _xla
-
-# Resolved now: Keras 3 normally, tf_keras when TF_USE_LEGACY_KERAS=1 was set before import.
-_Callback = tf.keras.callbacks.Callback
-_ModelCheckpoint = tf.keras.callbacks.ModelCheckpoint
+from tfring import _gradients, functions, runtime
+from tfring.keras import _callback_util as util
+from tfring.keras import _epoch_end, _values
+from tfring.keras._lr_callbacks import LearningRateScheduleCallback, LearningRateWarmupCallback
 
 __all__ = [
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
     "LearningRateScheduleCallback", "BestModelCheckpoint",
 ]
 
-# SGD classes whose momentum buffers hold learning_rate * gradient (velocity form), so that
-# scaling them by new_lr / old_lr is Goyal et al.'s momentum correction. Other optimizers
-# with a "momentums" attribute (Lion, Muon) keep plain gradient averages: never scale those.
-_SGD_CLASSES = frozenset([
-    ("keras.src.optimizers.sgd", "SGD"),
-    ("tf_keras.src.optimizers.sgd", "SGD"),
-    ("tf_keras.src.optimizers.legacy.gradient_descent", "SGD"),
-])
-
-
-# Helpers shared by the callbacks.
-
-class _NoXlaMixin:
-    """Turns XLA off for the model a callback is attached to (before Keras traces the step)."""
-
-    def set_model(self, model):
-        _xla.disable_jit_compile(model, type(self).__name__)
-        super().set_model(model)
-
-
-def _innermost(optimizer):
-    """Follows `inner_optimizer` (DistributedOptimizer, LossScaleOptimizer) to the real one."""
-    seen = set()
-    while getattr(optimizer, "inner_optimizer", None) is not None and id(optimizer) not in seen:
-        seen.add(id(optimizer))
-        optimizer = optimizer.inner_optimizer
-    return optimizer
-
-
-def _as_float(value):
-    """A Python float from a float, numpy value, tensor or (Keras) variable."""
-    if hasattr(value, "numpy"):
-        value = value.numpy()
-    return float(np.asarray(value))
-
-
-def _check_positive_number(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
-            not math.isfinite(value) or value <= 0:
-        raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
-    return value
-
-
-def _check_optional_positive_int(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                              or value <= 0):
-        raise ValueError(f"`{name}` must be an integer > 0 or None. Received: {name}={value!r}")
-    return value
-
-
-def _optimizer_of(model, who):
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is None:
-        raise ValueError(f"{who} needs a compiled model: call model.compile(optimizer=...) "
-                         "before fit().")
-    return optimizer
-
-
-# Ending epochs together (uneven data)
-
-# model -> {"start": optimizer iterations at the epoch's start, "joined": bool}; weak, so a
-# model that goes takes its entry with it.
-_epochs = weakref.WeakKeyDictionary()
-
-
-def _iterations(model):
-    optimizer = getattr(model, "optimizer", None)
-    iterations = getattr(optimizer, "iterations", None)
-    return 0 if iterations is None else int(_as_float(iterations))
-
-
-def _end_epoch_together(model):
-    """Joins, then, if ranks ran different numbers of steps this epoch, gives every rank the
-    weights and optimizer state of the rank that ran the most. Once per epoch and model."""
-    state = _epochs.get(model)
-    if state is None or state["joined"]:
-        return
-    state["joined"] = True
-    collectives.join()
-    steps = _iterations(model) - state["start"]
-    counts = collectives.allgather(tf.constant([steps], tf.int64),
-                                   name="tfring.keras.epoch_steps").numpy()
-    if len(set(counts.tolist())) == 1:
-        return
-    root = int(np.argmax(counts))
-    if runtime.rank() == 0:
-        warnings.warn(f"tfring: ranks ran {counts.tolist()} steps this epoch (uneven data); "
-                      f"the ranks that ran out of data joined, and every rank continues from "
-                      f"rank {root}'s weights and optimizer state.", stacklevel=2)
-    functions.broadcast_variables(model.variables, root, name="tfring.keras.epoch_end.model")
-    functions.broadcast_variables(_optimizer_variables(model.optimizer), root,
-                                    name="tfring.keras.epoch_end.optimizer")
-
-
-class _EndEpochTogether:
-    """Mixin of the callbacks that end each epoch with `_end_epoch_together`. A subclass
-    that overrides on_epoch_begin or on_epoch_end calls super() first."""
-
-    def on_epoch_begin(self, epoch, logs=None):
-        _epochs[self.model] = {"start": _iterations(self.model), "joined": False}
-        super().on_epoch_begin(epoch, logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        _end_epoch_together(self.model)
-        super().on_epoch_end(epoch, logs)
-
 
 # BroadcastGlobalVariablesCallback
-
-def _optimizer_variables(optimizer):
-    # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
-
 
 def _is_built(optimizer):
     built = getattr(optimizer, "built", None)
@@ -191,7 +74,7 @@ def _build_optimizer(optimizer, model):
     return True
 
 
-class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
+class BroadcastGlobalVariablesCallback(_epoch_end.EndEpochTogether, util.NoXlaMixin, util.Callback):
     """Broadcasts the model's and the optimizer's variables from `root_rank` once.
 
     At the start of the first `fit()` every rank receives root_rank's weights and optimizer
@@ -235,7 +118,7 @@ class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
             return
-        optimizer = _optimizer_of(self.model, type(self).__name__)
+        optimizer = util.optimizer_of(self.model, type(self).__name__)
         if not self.model.variables:
             # The first step builds the model (a subclassed tf_keras model) and then the
             # optimizer on its variables: broadcast both at the end of that step.
@@ -256,7 +139,7 @@ class BroadcastGlobalVariablesCallback(_EndEpochTogether, _NoXlaMixin, _Callback
                 self._model_pending = False
             if optimizer and self._optimizer_pending:
                 functions.broadcast_variables(
-                    _optimizer_variables(self.model.optimizer), self.root_rank,
+                    _epoch_end.optimizer_variables(self.model.optimizer), self.root_rank,
                     name="BroadcastGlobalVariablesCallback.optimizer")
                 self._optimizer_pending = False
         self.broadcast_done = not (self._model_pending or self._optimizer_pending)
@@ -287,7 +170,7 @@ def _average_logs_in_place(logs):
         logs[key] = float(mean) if mean.ndim == 0 else mean
 
 
-class MetricAverageCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
+class MetricAverageCallback(_epoch_end.EndEpochTogether, util.NoXlaMixin, util.Callback):
     """Replaces every numeric metric in the epoch's logs by its mean over all ranks.
 
     Each rank computes its metrics on its own shard of the data; at the end of each epoch
@@ -317,266 +200,6 @@ class MetricAverageCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
             _average_logs_in_place(logs)
 
 
-# LearningRateScheduleCallback and LearningRateWarmupCallback
-
-def _is_schedule(value):
-    # A LearningRateSchedule, or any callable Keras would call for the learning rate;
-    # variables and tensors are values, not schedules.
-    return callable(value) and not isinstance(value, (tf.Variable, tf.Tensor)) and \
-        not hasattr(value, "assign")
-
-
-def _learning_rate_schedule(optimizer):
-    """The schedule that drives the optimizer's learning rate, or None for a float one."""
-    inner = _innermost(optimizer)
-    hypers = getattr(inner, "_hyper", None)  # legacy tf_keras keeps it among its hypers
-    candidates = [optimizer.learning_rate, getattr(inner, "_learning_rate", None),
-                  hypers.get("learning_rate") if isinstance(hypers, dict) else None]
-    return next((c for c in candidates if _is_schedule(c)), None)
-
-
-def _schedule_error(who, schedule):
-    return ValueError(
-        f"{who} needs an optimizer with a float learning rate, but this optimizer's learning "
-        f"rate is a {type(schedule).__name__}, which the callback cannot set. Create the "
-        "optimizer with a float, e.g. keras.optimizers.SGD(learning_rate=0.1), and let the "
-        "callback change it.")
-
-
-def _momentum_value(optimizer):
-    momentum = getattr(optimizer, "momentum", None)
-    if callable(momentum) and not hasattr(momentum, "numpy"):
-        momentum = momentum()
-    return 0.0 if momentum is None else _as_float(momentum)
-
-
-def _is_sgd(optimizer):
-    return any((cls.__module__, cls.__name__) in _SGD_CLASSES for cls in type(optimizer).__mro__)
-
-
-def _sgd_momentum_buffers(optimizer, model):
-    """The SGD velocity variables that exist now (none before the first step is possible)."""
-    if hasattr(optimizer, "get_slot"):  # legacy tf_keras: one "momentum" slot per variable
-        buffers = []
-        for variable in model.trainable_variables:
-            try:
-                buffers.append(optimizer.get_slot(variable, "momentum"))
-            except (KeyError, ValueError):  # slots are created in the first step
-                pass
-        return buffers
-    return [m for m in getattr(optimizer, "momentums", None) or [] if m is not None]
-
-
-class _MomentumCorrection:
-    """Scales SGD's velocity by new_lr / old_lr whenever a callback changes the lr.
-
-    Keras SGD keeps v = momentum * v - lr * g. Goyal et al. correct a learning rate change
-    by scaling the next step's momentum by new_lr / old_lr (Horovod does it by changing
-    `optimizer.momentum` for one batch, which does nothing in Keras 3, where the momentum is
-    a constant of the traced step). Scaling v itself by new_lr / old_lr gives the same next
-    step: momentum * (v * new / old) - new * g.
-    """
-
-    def __init__(self, who):
-        self._who = who
-        self._warned = False
-
-    def apply(self, optimizer, model, factor):
-        optimizer = _innermost(optimizer)
-        if _momentum_value(optimizer) == 0:
-            return
-        if not _is_sgd(optimizer):
-            self._warn_once(optimizer)
-            return
-        for buffer in _sgd_momentum_buffers(optimizer, model):
-            buffer.assign(tf.convert_to_tensor(buffer) * tf.cast(factor, buffer.dtype))
-
-    def _warn_once(self, optimizer):
-        if not self._warned:
-            self._warned = True
-            warnings.warn(f"{self._who}: momentum correction is implemented for SGD only; "
-                          f"skipping it for {type(optimizer).__name__}. Pass "
-                          "momentum_correction=False to silence this warning.", stacklevel=4)
-
-
-class LearningRateScheduleCallback(_EndEpochTogether, _NoXlaMixin, _Callback):
-    """Sets the learning rate to `initial_lr * multiplier(epoch)` from start_epoch to end_epoch.
-
-    With staircase=True the rate changes at the beginning of each epoch in
-    [start_epoch, end_epoch), from the integer epoch; with staircase=False it changes at the
-    beginning of each batch, from the fractional epoch `epoch + batch / steps_per_epoch`.
-    Outside that range the rate is left as it is. The optimizer must have a float learning
-    rate (not a LearningRateSchedule). At each epoch's end the current rate is logged as
-    `logs["learning_rate"]`.
-
-    Args:
-        initial_lr: the base learning rate (usually already scaled by the number of ranks).
-        multiplier: a number, or a function of the epoch (an int with staircase=True, a
-            float otherwise) returning the factor. A number implies staircase=True.
-        start_epoch: the first epoch (0-based) the schedule applies to.
-        end_epoch: the epoch at which it stops applying (exclusive); None: never stops.
-        staircase: change the rate once per epoch (True) or at every batch (False).
-        momentum_correction: scale SGD's momentum buffers by new_lr / old_lr whenever the
-            rate changes (Goyal et al., 2017); warns once and skips other optimizers that
-            have a nonzero momentum.
-        steps_per_epoch: batches per epoch, needed with staircase=False; by default the
-            number Keras knows for this fit().
-
-    Example:
-        >>> # Divide the rate by 10 at epochs 30 and 60.
-        >>> callbacks = [
-        ...     tfring.keras.callbacks.LearningRateScheduleCallback(
-        ...         0.1 * size, multiplier=1.0, start_epoch=0, end_epoch=30),
-        ...     tfring.keras.callbacks.LearningRateScheduleCallback(
-        ...         0.1 * size, multiplier=0.1, start_epoch=30, end_epoch=60),
-        ...     tfring.keras.callbacks.LearningRateScheduleCallback(
-        ...         0.1 * size, multiplier=0.01, start_epoch=60)]
-    """
-
-    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                 momentum_correction=True, steps_per_epoch=None):
-        super().__init__()
-        self.initial_lr = _check_positive_number("initial_lr", initial_lr)
-        self.multiplier, self.staircase = self._multiplier_function(multiplier, staircase)
-        self.start_epoch, self.end_epoch = self._check_epochs(start_epoch, end_epoch)
-        self.momentum_correction = bool(momentum_correction)
-        self.steps_per_epoch = _check_optional_positive_int("steps_per_epoch", steps_per_epoch)
-        self.current_epoch = None
-        self._steps = steps_per_epoch
-        self._correction = _MomentumCorrection(type(self).__name__)
-        self._supports_tf_logs = True  # tf_keras: it never reads batch logs
-
-    @staticmethod
-    def _multiplier_function(multiplier, staircase):
-        if callable(multiplier):
-            return multiplier, bool(staircase)
-        if isinstance(multiplier, bool) or not isinstance(multiplier, numbers.Real):
-            raise ValueError("`multiplier` must be a number or a function of the epoch. "
-                             f"Received: multiplier={multiplier!r}")
-        # A constant needs no per-batch updates (Horovod does the same).
-        return (lambda epoch: multiplier), True
-
-    @staticmethod
-    def _check_epochs(start_epoch, end_epoch):
-        if isinstance(start_epoch, bool) or not isinstance(start_epoch, numbers.Real) or \
-                start_epoch < 0:
-            raise ValueError(f"`start_epoch` must be a number >= 0. Received: "
-                             f"start_epoch={start_epoch!r}")
-        if end_epoch is not None and (isinstance(end_epoch, bool) or
-                                      not isinstance(end_epoch, numbers.Real) or
-                                      end_epoch <= start_epoch):
-            raise ValueError(f"`end_epoch` must be None or a number > start_epoch "
-                             f"({start_epoch}). Received: end_epoch={end_epoch!r}")
-        return start_epoch, end_epoch
-
-    def on_train_begin(self, logs=None):
-        who = type(self).__name__
-        schedule = _learning_rate_schedule(_optimizer_of(self.model, who))
-        if schedule is not None:
-            raise _schedule_error(who, schedule)
-        if not self.staircase:
-            self._steps = self.steps_per_epoch or self._steps_from_keras()
-
-    def _steps_from_keras(self):
-        steps = (self.params or {}).get("steps")
-        if not steps:
-            raise ValueError(
-                f"{type(self).__name__} changes the learning rate at every batch and needs "
-                "the number of batches per epoch, which Keras does not know for this input "
-                "(e.g. a dataset of unknown length). Pass `steps_per_epoch=` to "
-                f"{type(self).__name__}(...).")
-        return int(steps)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        super().on_epoch_begin(epoch, logs)
-        self.current_epoch = epoch
-        if self.staircase and self._in_range(epoch):
-            self._set_learning_rate(self.initial_lr * self.multiplier(epoch))
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.staircase or not self._in_range(self.current_epoch):
-            return
-        epoch = self.current_epoch + batch / self._steps
-        self._set_learning_rate(self.initial_lr * self.multiplier(epoch))
-
-    def on_epoch_end(self, epoch, logs=None):
-        super().on_epoch_end(epoch, logs)
-        if logs is not None:  # Keras 3's key, and Horovod's "lr"
-            logs["learning_rate"] = logs["lr"] = _as_float(self.model.optimizer.learning_rate)
-
-    def _in_range(self, epoch):
-        return epoch is not None and self.start_epoch <= epoch and \
-            (self.end_epoch is None or epoch < self.end_epoch)
-
-    def _set_learning_rate(self, new_lr):
-        optimizer = self.model.optimizer
-        old_lr = _as_float(optimizer.learning_rate)
-        try:
-            optimizer.learning_rate = float(new_lr)
-        except TypeError as e:  # Keras refuses to replace a LearningRateSchedule
-            schedule = _learning_rate_schedule(optimizer) or optimizer.learning_rate
-            raise _schedule_error(type(self).__name__, schedule) from e
-        # The ratio of the rates the optimizer really holds (float32), not of the requests.
-        new_lr = _as_float(optimizer.learning_rate)
-        if self.momentum_correction and old_lr > 0 and new_lr != old_lr:
-            self._correction.apply(optimizer, self.model, new_lr / old_lr)
-
-
-class LearningRateWarmupCallback(LearningRateScheduleCallback):
-    """Ramps the learning rate from `initial_lr / size` up to `initial_lr` (Goyal et al.).
-
-    At the beginning of each batch of the first `warmup_epochs` epochs the rate is
-    `initial_lr / size * (epoch_f * (size - 1) / warmup_epochs + 1)` with
-    `epoch_f = epoch + (batch + 1) / steps_per_epoch`, as Horovod's: one batch above the
-    single-process rate at the first batch, rising linearly to `initial_lr` at the last
-    batch of the warmup, where it stays (add a LearningRateScheduleCallback for later
-    changes).
-
-    Args:
-        initial_lr: the rate at the end of warmup (usually the single-process rate times
-            the number of ranks).
-        warmup_epochs: how many epochs the ramp lasts (> 0).
-        momentum_correction: scale SGD's momentum buffers by new_lr / old_lr at each change
-            (see LearningRateScheduleCallback).
-        steps_per_epoch: batches per epoch; by default the number Keras knows for this fit().
-        verbose: 1 prints a line on rank 0 when warmup ends.
-
-    Example:
-        >>> opt = keras.optimizers.SGD(0.1 * tfring.keras.size(), momentum=0.9)
-        >>> model.fit(x, y, epochs=90, callbacks=[
-        ...     tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0),
-        ...     tfring.keras.callbacks.MetricAverageCallback(),
-        ...     tfring.keras.callbacks.LearningRateWarmupCallback(
-        ...         initial_lr=0.1 * tfring.keras.size(), warmup_epochs=5, verbose=1)])
-    """
-
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
-                 steps_per_epoch=None, verbose=0):
-        self.warmup_epochs = _check_positive_number("warmup_epochs", warmup_epochs)
-        self.verbose = verbose
-        super().__init__(initial_lr, self._warmup_multiplier, start_epoch=0,
-                         end_epoch=math.ceil(warmup_epochs), staircase=False,
-                         momentum_correction=momentum_correction,
-                         steps_per_epoch=steps_per_epoch)
-
-    def _warmup_multiplier(self, epoch):
-        # As Horovod: one batch ahead (batch b of epoch e is at e + (b+1)/steps), so each
-        # epoch's last batch runs at a round number and the warmup's last at initial_lr.
-        # Clamped: with a fractional warmup_epochs the last warmup epoch passes its end.
-        epoch = min(epoch + 1.0 / self._steps, self.warmup_epochs)
-        size = runtime.size()
-        return 1.0 / size * (epoch * (size - 1) / self.warmup_epochs + 1)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.end_epoch - 1:
-            # Training goes on at initial_lr (the last batch already ran at it).
-            self._set_learning_rate(self.initial_lr)
-            if self.verbose and runtime.rank() == 0:
-                print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
-                      f"{_as_float(self.model.optimizer.learning_rate):g}.")
-        super().on_epoch_end(epoch, logs)
-
-
 # BestModelCheckpoint
 
 _HOOKS = (
@@ -590,13 +213,13 @@ _HOOKS = (
 def _root_only(hook_name):
     def hook(self, *args, **kwargs):
         if runtime.rank() == 0:
-            return getattr(_ModelCheckpoint, hook_name)(self, *args, **kwargs)
+            return getattr(util.ModelCheckpoint, hook_name)(self, *args, **kwargs)
         return None
     hook.__name__ = hook.__qualname__ = hook_name
     return hook
 
 
-class BestModelCheckpoint(_NoXlaMixin, _ModelCheckpoint):
+class BestModelCheckpoint(util.NoXlaMixin, util.ModelCheckpoint):
     """Saves the model whenever `monitor` improves, on rank 0 only.
 
     A `ModelCheckpoint` with save_best_only=True. Only rank 0 writes (and reads) files;
@@ -627,6 +250,6 @@ class BestModelCheckpoint(_NoXlaMixin, _ModelCheckpoint):
 # Only the hooks ModelCheckpoint implements; wrapping the others would make tf_keras call
 # them at every batch for nothing.
 for _name in _HOOKS:
-    if getattr(_ModelCheckpoint, _name, None) is not getattr(_Callback, _name, None):
+    if getattr(util.ModelCheckpoint, _name, None) is not getattr(util.Callback, _name, None):
         setattr(BestModelCheckpoint, _name, _root_only(_name))
 del _name

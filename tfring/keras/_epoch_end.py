@@ -1,0 +1,68 @@
+"""Ending an epoch together when ranks hold different numbers of batches (uneven data).
+
+The first of tfring's callbacks to see a rank's epoch end calls `tfring.join()`: the rank
+then takes part in the other ranks' remaining gradient allreduces with zeros. Once every
+rank has joined, if ranks ran different numbers of steps, every rank takes the weights and
+optimizer state of the rank that ran the most.
+"""
+
+import warnings
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from tfring import collectives, functions, runtime
+from tfring.keras import _callback_util as util
+
+# model -> {"start": optimizer iterations at the epoch's start, "joined": bool}; weak, so a
+# model that goes takes its entry with it.
+_epochs = weakref.WeakKeyDictionary()
+
+
+def _iterations(model):
+    optimizer = getattr(model, "optimizer", None)
+    iterations = getattr(optimizer, "iterations", None)
+    return 0 if iterations is None else int(util.as_float(iterations))
+
+
+def end_epoch_together(model):
+    """Joins, then, if ranks ran different numbers of steps this epoch, gives every rank the
+    weights and optimizer state of the rank that ran the most. Once per epoch and model."""
+    state = _epochs.get(model)
+    if state is None or state["joined"]:
+        return
+    state["joined"] = True
+    collectives.join()
+    steps = _iterations(model) - state["start"]
+    counts = collectives.allgather(tf.constant([steps], tf.int64),
+                                   name="tfring.keras.epoch_steps").numpy()
+    if len(set(counts.tolist())) == 1:
+        return
+    root = int(np.argmax(counts))
+    if runtime.rank() == 0:
+        warnings.warn(f"tfring: ranks ran {counts.tolist()} steps this epoch (uneven data); "
+                      f"the ranks that ran out of data joined, and every rank continues from "
+                      f"rank {root}'s weights and optimizer state.", stacklevel=2)
+    functions.broadcast_variables(model.variables, root, name="tfring.keras.epoch_end.model")
+    functions.broadcast_variables(optimizer_variables(model.optimizer), root,
+                                  name="tfring.keras.epoch_end.optimizer")
+
+
+class EndEpochTogether:
+    """Mixin of the callbacks that end each epoch with `end_epoch_together`. A subclass
+    that overrides on_epoch_begin or on_epoch_end calls super() first."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        _epochs[self.model] = {"start": _iterations(self.model), "joined": False}
+        super().on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        end_epoch_together(self.model)
+        super().on_epoch_end(epoch, logs)
+
+
+def optimizer_variables(optimizer):
+    # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
