@@ -101,9 +101,11 @@ def test_grouped_allreduce_mixed_dtypes(mode, rank, size):
 
 def test_large_tensor_average(rank, size):
     # 4 MiB: above any plausible fusion group, travels alone straight into its output.
-    x = tf.fill([1 << 20], float(rank + 1))
+    # Every element differs, and every one is checked.
+    x = tf.range(1 << 20, dtype=tf.float32) % 1000.0 + float(rank)
     got = tfring.allreduce(x, name="large").numpy()
-    np.testing.assert_allclose(got[[0, -1]], [(size + 1) / 2.0] * 2)
+    want = np.arange(1 << 20, dtype=np.float32) % 1000.0 + (size - 1) / 2.0
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_named_eager_loop_uses_cache(rank, size):

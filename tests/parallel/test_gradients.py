@@ -26,7 +26,7 @@ def local_loss_fn(kind, rank, size):
         return lambda x: tf.reduce_sum(weights * tfring.allreduce(x, op=tfring.Average) ** 2)
     if kind == "scaled":
         return lambda x: tf.reduce_sum(weights * tfring.allreduce(
-            x, op=tfring.Sum, prescale_factor=0.5, postscale_factor=2.0) ** 2)
+            x, op=tfring.Sum, prescale_factor=0.5, postscale_factor=3.0) ** 2)
     if kind == "allgather":
         def loss(x):
             gathered = tfring.allgather(x)

@@ -43,10 +43,11 @@ def test_reducescatter_uneven_rows(op_name, dtype, mode, rank, size):
 
 def test_reducescatter_scale_factors_and_fewer_rows_than_ranks(rank, size):
     x = tf.constant(rank_input(rank, (4, 2), tf.float64, low=-2, high=3))
-    got = tfring.reducescatter(x, op=tfring.Sum, prescale_factor=2.0, postscale_factor=0.5,
+    # Factors whose product is not 1: a kernel that ignored either would be off.
+    got = tfring.reducescatter(x, op=tfring.Sum, prescale_factor=2.0, postscale_factor=0.75,
                                name="rs.scaled").numpy()
     start, end = blocks(4, size)[rank]
-    np.testing.assert_allclose(got, reduced("Sum", tf.float64, (4, 2), size)[start:end])
+    np.testing.assert_allclose(got, 1.5 * reduced("Sum", tf.float64, (4, 2), size)[start:end])
     one = tfring.reducescatter(tf.ones([1, 2]), op=tfring.Sum, name="rs.one").numpy()
     assert one.shape == ((1, 2) if rank == 0 else (0, 2))  # rank 0 alone gets the row
 

@@ -176,6 +176,7 @@ void Coordinator::Start() {
   std::lock_guard<std::mutex> lock(mutex_);
   TFRING_CHECK(!thread_.joinable()) << "Coordinator started twice";
   accepting_ = true;
+  started_ = true;
   last_stall_warning_ = SteadyClock::now();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -234,6 +235,11 @@ void Coordinator::Shutdown() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
+}
+
+bool Coordinator::stopped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return started_ && !accepting_;
 }
 
 bool Coordinator::peer_lost() const {

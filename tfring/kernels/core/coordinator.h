@@ -130,6 +130,9 @@ class Coordinator {
   // True when the control plane failed (a peer died or stopped answering): its
   // communicator must not be used again, not even to finalize.
   bool peer_lost() const;
+  // True once the cycle has ended (Shutdown here, another rank's shutdown, a lost peer):
+  // Enqueue then fails every entry at once.
+  bool stopped() const;
 
  private:
   enum class State { kToSend, kSent, kCachedWaiting, kJoined };
@@ -182,6 +185,7 @@ class Coordinator {
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever
   bool accepting_ = false;
+  bool started_ = false;
   bool shutdown_requested_ = false;
   Status stopped_status_;
   bool peer_lost_ = false;

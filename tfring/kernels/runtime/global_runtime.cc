@@ -141,7 +141,14 @@ GlobalRuntime& GlobalRuntime::Get() {
 
 Status GlobalRuntime::Init(const WorldChoice& world) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (coordinator_) return Status::OK();
+  if (coordinator_ && !coordinator_->stopped()) return Status::OK();
+  if (coordinator_) {
+    // Another rank shut tfring down, which stopped this rank's cycle too: every rank that
+    // calls init() now starts anew, this one included.
+    coordinator_->Shutdown();
+    if (coordinator_->peer_lost()) peers_lost_ = true;
+    new std::shared_ptr<Coordinator>(std::move(coordinator_));  // see Shutdown: not freed
+  }
   if (peers_lost_) {
     return Status::FailedPrecondition(
         "tfring cannot be initialized again: a peer rank was lost earlier in this job");
