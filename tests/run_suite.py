@@ -1,18 +1,27 @@
-"""Runs the whole test suite, stage by stage, and ends with one line: `suite: N passed, N failed`.
+"""Runs the whole test suite, stage by stage, and ends with one line:
+`suite: N passed, N failed, N skipped`.
 
 Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks; NCCL at one rank
-per GPU, skipped with the reason where there is none), unit tests (one
-process), parallel tests under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under
-mpirun with TF_USE_LEGACY_KERAS=1, the Adasum tests at 4 ranks, failure scenarios, jobs with init(comm=...) and mpi4py, the examples (each run under mpirun as
-a user would), a job across two hosts made on this machine (tests/multihost). Every stage
-has a timeout, and the parallel stages fail a collective that some rank never submits after
-TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a failure with a message. Full logs go to
-build/test-logs/.
+per GPU, skipped with the reason where there is none), the same native tests built with
+AddressSanitizer+UBSan and with ThreadSanitizer, unit tests (one process), parallel tests
+under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
+TF_USE_LEGACY_KERAS=1, the Adasum tests at 4 ranks, failure scenarios, jobs with
+init(comm=...) and mpi4py, the examples (each run under mpirun as a user would), a job
+across two hosts made on this machine (tests/multihost).
+
+What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
+whole process group is killed, so no rank of it lives on into the next stage); a stage that
+ran no test (only the NCCL and multihost stages may skip everything, saying why); a native
+test binary the build should have made and did not. The parallel stages fail a collective
+that some rank never submits after TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a
+failure with a message. Full logs go to build/test-logs/.
 """
 
 import glob
+import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,49 +36,64 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 
 def counts(text, rank0_prefix=None):
-    """(passed, failed) from a pytest summary or the native harness's last line."""
+    """(passed, failed, skipped) from a pytest summary or the native harness's last line."""
     lines = text.splitlines()
     if rank0_prefix:
         lines = [l for l in lines if l.startswith(rank0_prefix)]
     for line in reversed(lines):
-        if re.search(r"\d+ (passed|failed)", line):
-            passed = re.search(r"(\d+) passed", line)
-            failed = re.search(r"(\d+) (failed|error)", line)
-            return int(passed.group(1)) if passed else 0, int(failed.group(1)) if failed else 0
-    return 0, 0
+        if re.search(r"\d+ (passed|failed|skipped)", line):
+            found = [re.search(rf"(\d+) {word}", line) for word in ("passed", "(failed|error)",
+                                                                     "skipped")]
+            return tuple(int(m.group(1)) if m else 0 for m in found)
+    return 0, 0, 0
 
 
 # A tensor some ranks never submit fails after this long instead of hanging the stage.
 PARALLEL_ENV = {"TFRING_STALL_CHECK_TIME_SECONDS": "20", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "60"}
 
 
-def stage(name, cmd, timeout, rank0_prefix=None, env=None):
+def run_stage_command(cmd, env, timeout):
+    """(exit status, output). The command runs in a process group of its own, so that a
+    timeout kills mpirun and every rank it started, not only the first process: no rank of
+    a hung stage lives on into the next."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return -1, (out or "") + f"\n[suite] TIMEOUT: ran past {timeout} s; its process group " \
+                                 "was killed\n"
+
+
+def stage(name, cmd, timeout, rank0_prefix=None, env=None, may_skip_all=False):
+    """Runs one stage; returns (passed, failed, skipped). A stage that ran no test fails,
+    unless it skipped them all and is one that may (no GPU, no network namespaces)."""
     os.makedirs(LOGS, exist_ok=True)
     log = os.path.join(LOGS, re.sub(r"\W+", "_", name) + ".log")
     start = time.time()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        rc, out = proc.returncode, proc.stdout
-    except subprocess.TimeoutExpired as e:
-        rc, out = -1, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
-            else (e.stdout or "")
-        out += f"\n[suite] TIMEOUT: {name} ran past {timeout} s and was killed\n"
+    rc, out = run_stage_command(cmd, dict(ENV, **(env or {})), timeout)
+    passed, failed, skipped = counts(out, rank0_prefix)
+    if rc == 0 and passed == 0 and not (skipped and may_skip_all):
+        rc = 1
+        out += (f"\n[suite] {name} ran no test ({skipped} skipped): a stage that is expected "
+                "to run must run\n")
     with open(log, "w") as f:
         f.write(out)
-    passed, failed = counts(out, rank0_prefix)
     if rc != 0 and failed == 0:
-        failed = 1  # a crash, a timeout or an abort counts as a failure
+        failed = 1  # a crash, a timeout, an abort or an empty stage counts as a failure
     status = "ok" if rc == 0 else f"FAILED (exit {rc})"
-    print(f"[suite] {name}: {passed} passed, {failed} failed, {time.time() - start:.0f} s, "
-          f"{status}  (log: {os.path.relpath(log, ROOT)})", flush=True)
+    print(f"[suite] {name}: {passed} passed, {failed} failed, {skipped} skipped, "
+          f"{time.time() - start:.0f} s, {status}  (log: {os.path.relpath(log, ROOT)})",
+          flush=True)
     for line in out.splitlines():  # say what was skipped, and why
         if "SKIPPED" in line and (not rank0_prefix or line.startswith(rank0_prefix)):
             print(f"[suite]   {line.strip()}", flush=True)
     if rc != 0:
         print("\n".join(out.splitlines()[-60:]), flush=True)
-    return passed, failed
+    return passed, failed, skipped
 
 
 def visible_gpus():
@@ -107,7 +131,34 @@ def sanitized_stages():
     return stages
 
 
+def _toolchain():
+    """tfring/_toolchain.py, loaded by path (importing tfring would import TensorFlow)."""
+    spec = importlib.util.spec_from_file_location(
+        "_suite_toolchain", os.path.join(ROOT, "tfring", "_toolchain.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def missing_native_binaries():
+    """The native test binaries the build should have made and did not (names)."""
+    record = _toolchain().read_record(_toolchain().entry_dir()) or {}
+    sources = [os.path.basename(f)[:-3] for f in glob.glob(os.path.join(ROOT, "tests", "cpp",
+                                                                          "test_*.cc"))]
+    sources = [s for s in sources if s != "test_harness"]
+    gpu = [s for s in sources if "nccl" in s or "cuda" in s]
+    expected = {"tests": [s for s in sources if record.get("nccl") or s not in gpu]}
+    for kind in SANITIZER_ENV:  # sanitizer builds have no GPU path
+        expected[f"tests-{kind}"] = [s for s in sources if s not in gpu]
+    return [f"build/{folder}/{name}" for folder, names in expected.items() for name in names
+            if not os.path.exists(os.path.join(ROOT, "build", folder, name))]
+
+
 def main():
+    missing = missing_native_binaries()
+    if missing:
+        print(f"[suite] native binaries the build should have made are missing: "
+              f"{', '.join(sorted(missing))} (make test builds them)", flush=True)
     stages = []
     native = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
     for binary in native:
@@ -115,7 +166,8 @@ def main():
         if "nccl" in name:
             # One rank per GPU; it skips (saying why) where no GPU is visible.
             n = str(max(1, visible_gpus()))
-            stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300))
+            stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300, None,
+                           None, True))
         elif "mpi" in name:
             for n in (2, 3):
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
@@ -137,14 +189,16 @@ def main():
     stages.append(("jobs", PYTEST + ["tests/jobs"], 600))
     stages.append(("examples", PYTEST + ["tests/examples"], 600))
     # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
-    stages.append(("multihost", PYTEST + ["tests/multihost"], 300))
+    stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))
 
-    total_passed = total_failed = 0
+    total_passed, total_failed, total_skipped = 0, len(missing), 0
     for spec in stages:
-        passed, failed = stage(*spec)
+        passed, failed, skipped = stage(*spec)
         total_passed += passed
         total_failed += failed
-    print(f"suite: {total_passed} passed, {total_failed} failed", flush=True)
+        total_skipped += skipped
+    print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped",
+          flush=True)
     return 1 if total_failed else 0
 
 
