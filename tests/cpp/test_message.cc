@@ -34,13 +34,13 @@ std::vector<Request> SampleRequests() {
 TFRING_TEST(Message, RequestsRoundTrip) {
   const auto in = SampleRequests();
   std::vector<Request> out;
-  ASSERT_TRUE(DecodeRequests(EncodeRequests(in), &out).ok());
+  ASSERT_TRUE(DecodeRequests(EncodeRequests(in), 1, &out).ok());
   ASSERT_EQ(out.size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
     EXPECT_EQ(out[i].call_site, in[i].call_site);
   }
-  ASSERT_TRUE(DecodeRequests(EncodeRequests({}), &out).ok());
+  ASSERT_TRUE(DecodeRequests(EncodeRequests({}), 1, &out).ok());
   EXPECT_TRUE(out.empty());
 }
 
@@ -82,14 +82,79 @@ TFRING_TEST(Message, DamagedMessagesAreErrors) {
   const std::string requests = EncodeRequests(SampleRequests());
   std::vector<Request> out;
   for (size_t cut = 0; cut < requests.size(); ++cut) {
-    const Status s = DecodeRequests(requests.substr(0, cut), &out);
+    const Status s = DecodeRequests(requests.substr(0, cut), 2, &out);
     EXPECT_FALSE(s.ok()) << "truncated to " << cut << " bytes";
   }
-  const Status extra = DecodeRequests(requests + "x", &out);
+  const Status extra = DecodeRequests(requests + "x", 3, &out);
   EXPECT_TRUE(extra.code() == StatusCode::kInternal);
-  EXPECT_CONTAINS(extra.message(), "corrupt request message");
+  EXPECT_CONTAINS(extra.message(), "malformed request message from rank 3");
   ResponseList list;
   EXPECT_FALSE(DecodeResponseList("\x05", &list).ok());
+}
+
+// Bytes of `message` with byte `at` set to `value`.
+std::string With(std::string message, size_t at, char value) {
+  message[at] = value;
+  return message;
+}
+
+TFRING_TEST(Message, VersionEnumsAndCountsAreChecked) {
+  const std::string requests = EncodeRequests(SampleRequests());
+  std::vector<Request> out;
+  const Status old = DecodeRequests(With(requests, 0, 7), 4, &out);
+  EXPECT_CONTAINS(old.message(), "from rank 4");
+  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 1");
+  // The first request's kind byte: after the version (1), the count (4), the name's length
+  // (4) and the name.
+  const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].name.size();
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at, 42), 0, &out).message(),
+                  "request 0: unknown collective 42");
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 1, 99), 0, &out).message(),
+                  "unknown dtype 99");
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 2, 2), 0, &out).message(),
+                  "unknown reduce op 2");  // 2 is Horovod's Adasum: never on the wire
+  EXPECT_FALSE(DecodeRequests(With(requests, kind_at + 3, 5), 0, &out).ok());  // a bool of 5
+  // A request count of four billion: an error at once, nothing allocated for it.
+  std::string huge = requests;
+  for (size_t i = 1; i < 5; ++i) huge[i] = '\xff';
+  EXPECT_FALSE(DecodeRequests(huge, 0, &out).ok());
+}
+
+TFRING_TEST(Message, FuzzedMessagesAreErrorsNeverCrashes) {
+  // Deterministic: a fixed linear congruential generator, so a failure reproduces.
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  ResponseList in;
+  Response a;
+  a.name = "grad/w";
+  a.first_dims = {1, 2, 3};
+  a.joined = {2};
+  a.shape = {4, 5};
+  in.responses = {a, a};
+  const std::string responses = EncodeResponseList(in);
+  const std::string requests = EncodeRequests(SampleRequests());
+  int rejected = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::string& base = trial % 2 ? responses : requests;
+    std::string damaged = base;
+    const int flips = 1 + next() % 4;
+    for (int f = 0; f < flips; ++f) damaged[next() % damaged.size()] = static_cast<char>(next());
+    if (next() % 4 == 0) damaged.resize(next() % damaged.size());
+    std::vector<Request> reqs;
+    ResponseList list;
+    const Status s = trial % 2 ? DecodeResponseList(damaged, &list)
+                               : DecodeRequests(damaged, 1, &reqs);
+    if (!s.ok()) {
+      ++rejected;
+      EXPECT_TRUE(s.code() == StatusCode::kInternal) << s.ToString();
+      EXPECT_CONTAINS(s.message(), "malformed");
+    }
+  }
+  // Most damage is caught (a flip inside a name or a value can still decode).
+  EXPECT_GE(rejected, 10000);
 }
 
 TFRING_TEST(Message, SameSignatureComparesEveryField) {

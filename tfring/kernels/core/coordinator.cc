@@ -501,7 +501,7 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
     const auto now = SteadyClock::now();
     for (int r = 0; r < size_; ++r) {
       std::vector<Request> reqs;
-      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], &reqs));
+      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], r, &reqs));
       for (const Request& req : reqs) negotiator_.Add(r, req, now);
     }
     ResponseList list;

@@ -51,7 +51,9 @@ class Reader {
   }
   bool GetInts(std::vector<int64_t>* v) {
     uint32_t n;
-    if (!Get(&n)) return false;
+    // The count is checked against what is left before anything is allocated: a damaged
+    // count must be an error, not a request for gigabytes.
+    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(int64_t) > in_.size()) return false;
     v->resize(n);
     for (auto& x : *v)
       if (!Get(&x)) return false;
@@ -65,6 +67,13 @@ class Reader {
       if (!Get(&x)) return false;
     return true;
   }
+  // A one-byte flag: 0 or 1, anything else is damage.
+  bool GetBool(bool* b) {
+    uint8_t v;
+    if (!Get(&v) || v > 1) return false;
+    *b = v == 1;
+    return true;
+  }
   bool done() const { return pos_ == in_.size(); }
 
  private:
@@ -72,8 +81,66 @@ class Reader {
   size_t pos_ = 0;
 };
 
-Status Corrupt(const char* what) {
-  return Status::Internal(std::string("corrupt ") + what + " message on the control plane");
+// The first byte of every control-plane message. Ranks of one job run one build; a rank
+// from another build (a different tfring on some host) is named instead of misread.
+constexpr uint8_t kWireVersion = 1;
+
+Status Corrupt(const char* what, int from_rank, const std::string& detail) {
+  return Status::Internal(std::string("malformed ") + what + " message from rank " +
+                          std::to_string(from_rank) + " on the control plane: " + detail);
+}
+
+Status CheckVersion(Reader* rd, const char* what, int from_rank) {
+  uint8_t version;
+  if (!rd->Get(&version)) return Corrupt(what, from_rank, "empty");
+  if (version != kWireVersion) {
+    return Corrupt(what, from_rank,
+                   "wire format version " + std::to_string(version) + ", this rank speaks " +
+                       std::to_string(kWireVersion) + " (are all ranks running the same tfring?)");
+  }
+  return Status::OK();
+}
+
+// The fields Requests and Responses share (what identifies the collective), written and
+// read in one place for both.
+template <typename Message>
+void PutSignature(Writer* w, const Message& m) {
+  w->PutString(m.name);
+  w->Put<uint8_t>(static_cast<uint8_t>(m.kind));
+  w->Put<uint8_t>(static_cast<uint8_t>(m.dtype));
+  w->Put<uint8_t>(static_cast<uint8_t>(m.reduce_op));
+  w->Put<uint8_t>(m.cacheable ? 1 : 0);
+  w->Put<uint8_t>(m.on_device ? 1 : 0);
+  w->Put<int32_t>(m.root_rank);
+  w->Put<double>(m.prescale_factor);
+  w->Put<double>(m.postscale_factor);
+  w->PutInts(m.shape);
+  w->PutRanks(m.process_set);
+}
+
+// Reads what PutSignature wrote; "" when it is well formed, else what is wrong. Every enum
+// is checked against its values, so no later code sees one that does not exist.
+template <typename Message>
+std::string GetSignature(Reader* rd, Message* m) {
+  uint8_t kind, dtype, op;
+  if (!rd->GetString(&m->name) || !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
+      !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
+      !rd->Get(&m->prescale_factor) || !rd->Get(&m->postscale_factor) ||
+      !rd->GetInts(&m->shape) || !rd->GetRanks(&m->process_set)) {
+    return "truncated or damaged fields";
+  }
+  if (kind > static_cast<uint8_t>(CollectiveKind::kJoin)) {
+    return "unknown collective " + std::to_string(kind);
+  }
+  if (dtype >= kNumDataTypes) return "unknown dtype " + std::to_string(dtype);
+  if (!IsValidReduceOp(op)) return "unknown reduce op " + std::to_string(op);
+  for (int64_t d : m->shape) {
+    if (d < 0) return "negative dimension in the shape of '" + m->name + "'";
+  }
+  m->kind = static_cast<CollectiveKind>(kind);
+  m->dtype = static_cast<DataType>(dtype);
+  m->reduce_op = static_cast<ReduceOp>(op);
+  return "";
 }
 
 }  // namespace
@@ -160,69 +227,48 @@ bool Request::SameSignature(const Request& o) const {
 
 std::string EncodeRequests(const std::vector<Request>& requests) {
   Writer w;
+  w.Put<uint8_t>(kWireVersion);
   w.Put<uint32_t>(static_cast<uint32_t>(requests.size()));
   for (const Request& r : requests) {
-    w.PutString(r.name);
-    w.Put<uint8_t>(static_cast<uint8_t>(r.kind));
-    w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
-    w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
-    w.Put<uint8_t>(r.cacheable ? 1 : 0);
-    w.Put<uint8_t>(r.on_device ? 1 : 0);
-    w.Put<int32_t>(r.root_rank);
-    w.Put<double>(r.prescale_factor);
-    w.Put<double>(r.postscale_factor);
-    w.PutInts(r.shape);
+    PutSignature(&w, r);
     w.PutInts(r.splits);
-    w.PutRanks(r.process_set);
     w.PutString(r.call_site);
   }
   return w.Take();
 }
 
-Status DecodeRequests(const std::string& bytes, std::vector<Request>* requests) {
+Status DecodeRequests(const std::string& bytes, int from_rank, std::vector<Request>* requests) {
   Reader rd(bytes);
+  TFRING_RETURN_IF_ERROR(CheckVersion(&rd, "request", from_rank));
   uint32_t n;
-  if (!rd.Get(&n)) return Corrupt("request");
-  requests->resize(n);
-  for (Request& r : *requests) {
-    uint8_t kind, dtype, op, cacheable, on_device;
-    if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
-        !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
-        !rd.Get(&r.prescale_factor) ||
-        !rd.Get(&r.postscale_factor) || !rd.GetInts(&r.shape) || !rd.GetInts(&r.splits) ||
-        !rd.GetRanks(&r.process_set) || !rd.GetString(&r.call_site)) {
-      return Corrupt("request");
+  if (!rd.Get(&n)) return Corrupt("request", from_rank, "no request count");
+  requests->clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    Request r;
+    std::string problem = GetSignature(&rd, &r);
+    if (problem.empty() && (!rd.GetInts(&r.splits) || !rd.GetString(&r.call_site))) {
+      problem = "truncated or damaged fields";
     }
-    r.kind = static_cast<CollectiveKind>(kind);
-    r.dtype = static_cast<DataType>(dtype);
-    r.reduce_op = static_cast<ReduceOp>(op);
-    r.cacheable = cacheable != 0;
-    r.on_device = on_device != 0;
+    if (!problem.empty()) {
+      return Corrupt("request", from_rank, "request " + std::to_string(i) + ": " + problem);
+    }
+    requests->push_back(std::move(r));
   }
-  return rd.done() ? Status::OK() : Corrupt("request");
+  return rd.done() ? Status::OK() : Corrupt("request", from_rank, "bytes after the last request");
 }
 
 std::string EncodeResponseList(const ResponseList& list) {
   Writer w;
+  w.Put<uint8_t>(kWireVersion);
   w.PutString(list.abort_message);
   w.Put<uint8_t>(list.has_params ? 1 : 0);
   w.Put<int64_t>(list.fusion_threshold_bytes);
   w.Put<double>(list.cycle_time_ms);
   w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
   for (const Response& r : list.responses) {
-    w.PutString(r.name);
-    w.Put<uint8_t>(static_cast<uint8_t>(r.kind));
-    w.Put<uint8_t>(static_cast<uint8_t>(r.dtype));
-    w.Put<uint8_t>(static_cast<uint8_t>(r.reduce_op));
-    w.Put<uint8_t>(r.cacheable ? 1 : 0);
-    w.Put<uint8_t>(r.on_device ? 1 : 0);
-    w.Put<int32_t>(r.root_rank);
-    w.Put<double>(r.prescale_factor);
-    w.Put<double>(r.postscale_factor);
+    PutSignature(&w, r);
     w.PutInts(r.first_dims);
     w.PutInts(r.all_splits);
-    w.PutInts(r.shape);
-    w.PutRanks(r.process_set);
     w.PutRanks(r.joined);
     w.PutString(r.error);
   }
@@ -230,31 +276,28 @@ std::string EncodeResponseList(const ResponseList& list) {
 }
 
 Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
+  constexpr int kFrom = 0;  // responses come from rank 0
   Reader rd(bytes);
+  TFRING_RETURN_IF_ERROR(CheckVersion(&rd, "response", kFrom));
   uint32_t n;
-  uint8_t has_params;
-  if (!rd.GetString(&list->abort_message) || !rd.Get(&has_params) ||
+  if (!rd.GetString(&list->abort_message) || !rd.GetBool(&list->has_params) ||
       !rd.Get(&list->fusion_threshold_bytes) || !rd.Get(&list->cycle_time_ms) || !rd.Get(&n)) {
-    return Corrupt("response");
+    return Corrupt("response", kFrom, "truncated or damaged header");
   }
-  list->has_params = has_params != 0;
-  list->responses.resize(n);
-  for (Response& r : list->responses) {
-    uint8_t kind, dtype, op, cacheable, on_device;
-    if (!rd.GetString(&r.name) || !rd.Get(&kind) || !rd.Get(&dtype) || !rd.Get(&op) ||
-        !rd.Get(&cacheable) || !rd.Get(&on_device) || !rd.Get(&r.root_rank) ||
-        !rd.Get(&r.prescale_factor) || !rd.Get(&r.postscale_factor) ||
-        !rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) || !rd.GetInts(&r.shape) ||
-        !rd.GetRanks(&r.process_set) || !rd.GetRanks(&r.joined) || !rd.GetString(&r.error)) {
-      return Corrupt("response");
+  list->responses.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    Response r;
+    std::string problem = GetSignature(&rd, &r);
+    if (problem.empty() && (!rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) ||
+                            !rd.GetRanks(&r.joined) || !rd.GetString(&r.error))) {
+      problem = "truncated or damaged fields";
     }
-    r.kind = static_cast<CollectiveKind>(kind);
-    r.dtype = static_cast<DataType>(dtype);
-    r.reduce_op = static_cast<ReduceOp>(op);
-    r.cacheable = cacheable != 0;
-    r.on_device = on_device != 0;
+    if (!problem.empty()) {
+      return Corrupt("response", kFrom, "response " + std::to_string(i) + ": " + problem);
+    }
+    list->responses.push_back(std::move(r));
   }
-  return rd.done() ? Status::OK() : Corrupt("response");
+  return rd.done() ? Status::OK() : Corrupt("response", kFrom, "bytes after the last response");
 }
 
 }  // namespace tfring
