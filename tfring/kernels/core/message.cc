@@ -1,5 +1,6 @@
 #include "tfring/kernels/core/message.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tfring {
@@ -166,6 +167,10 @@ std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int wor
   std::vector<int32_t> all(world_size);
   for (int r = 0; r < world_size; ++r) all[r] = r;
   return all;
+}
+
+bool IsMember(const std::vector<int32_t>& members, int rank) {
+  return std::binary_search(members.begin(), members.end(), rank);
 }
 
 std::string RankListString(const std::vector<int32_t>& ranks) {

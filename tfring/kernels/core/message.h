@@ -64,6 +64,8 @@ struct Response {
 
 // The global ranks of a request's or response's process set (`all` ranks when empty).
 std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int world_size);
+// Whether `rank` is in `members` (ascending).
+bool IsMember(const std::vector<int32_t>& members, int rank);
 // "[0, 2]".
 std::string RankListString(const std::vector<int32_t>& ranks);
 // The name the runtime keys a tensor by: its own in the global set, and in another set the

@@ -1,0 +1,255 @@
+// The coordinator's execution of negotiated responses: set by set, fusion group by fusion
+// group, through the host or device executor; with the stand-ins a joined rank runs in
+// place of data it does not have, and the completion of joins. The cycle that decides
+// what to execute is in coordinator.cc.
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfring/kernels/common/elementwise.h"
+#include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/coordinator.h"
+#include "tfring/kernels/core/fusion.h"
+
+namespace tfring {
+namespace {
+
+int PositionIn(const std::vector<int32_t>& members, int rank) {
+  return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) -
+                          members.begin());
+}
+
+// Buffers for the entries a joined rank runs in place of data it does not have.
+struct Scratch {
+  std::deque<std::vector<char>> buffers;
+  std::deque<Entry> entries;
+
+  char* Buffer(size_t bytes) {
+    buffers.emplace_back(bytes);
+    return buffers.back().data();
+  }
+};
+
+// The entry a joined rank (a member of r's set at `position` of `set_size`) runs for `r`:
+// the identity of the reduction as its input, its outputs thrown away.
+Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scratch) {
+  scratch->entries.emplace_back();
+  Entry* e = &scratch->entries.back();
+  e->request = SignatureOf(r);
+  e->request.prescale_factor = 1.0;  // the identity stays the identity
+  e->done = [](const Status&) {};
+  const int64_t count = NumElements(r.shape);
+  const size_t esize = DataTypeSize(r.dtype);
+  switch (r.kind) {
+    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kReducescatter: {
+      char* in = scratch->Buffer(count * esize);
+      FillIdentity(r.dtype, r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op, in,
+                   count);
+      e->input = in;
+      e->output = in;
+      if (r.kind == CollectiveKind::kReducescatter) {
+        const int64_t rows = ReducescatterRows(r.shape[0], set_size)[position];
+        e->output = scratch->Buffer(rows * RowBytes(e->request));
+      }
+      break;
+    }
+    case CollectiveKind::kBroadcast:
+      e->output = scratch->Buffer(count * esize);
+      e->input = e->output;
+      break;
+    case CollectiveKind::kAllgather:
+      e->request.shape[0] = 0;  // contributes no rows
+      e->allocate_output = [scratch, esize](const Shape& shape, void** buffer) {
+        *buffer = scratch->Buffer(NumElements(shape) * esize);
+        return Status::OK();
+      };
+      break;
+    default:
+      break;  // barrier: no data; alltoall never runs with joined ranks (JoinedProblem)
+  }
+  return e;
+}
+
+// Bytes a response moves through the fusion buffer (the same on every rank).
+int64_t ResponseBytes(const Response& r) {
+  const Request sig = SignatureOf(r);
+  if (r.kind != CollectiveKind::kAllgather) return TensorBytes(sig);
+  int64_t rows = 0;
+  for (int64_t d : r.first_dims) rows += d;
+  return rows * RowBytes(sig);
+}
+
+// A backend's failure, said where it happened: the collective, its tensors and this rank.
+// Backends know buffers, not names; this is the one place that knows both.
+Status FailureWhere(const Status& s, const std::vector<const Response*>& group, int rank) {
+  std::string names;
+  const size_t shown = std::min<size_t>(group.size(), 3);
+  for (size_t i = 0; i < shown; ++i) names += (i ? ", '" : "'") + group[i]->name + "'";
+  if (group.size() > shown) names += " and " + std::to_string(group.size() - shown) + " more";
+  return Status(s.code(), std::string(CollectiveKindName(group[0]->kind)) + " of " + names +
+                              " failed on rank " + std::to_string(rank) + ": " + s.message());
+}
+
+}  // namespace
+
+void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
+  // The last to join: of the ranks that joined in this cycle, the highest.
+  int32_t last = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (!joined_before[r]) last = r;
+  }
+  if (last < 0) last = size_ - 1;
+  joined_ = false;
+  std::vector<std::string> joins;
+  for (const auto& kv : table_) {
+    if (kv.second.state == State::kJoined) joins.push_back(kv.first);
+  }
+  for (const std::string& name : joins) {
+    Entry& e = table_.at(name).entry;
+    if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
+    Finish(name, Status::OK());
+  }
+}
+
+Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
+                                 GroupExecutor** device) {
+  if (static_cast<int>(members.size()) == size_) {
+    *host = &host_;
+    *device = device_.get();
+    return Status::OK();
+  }
+  auto it = sets_.find(members);
+  if (it == sets_.end()) {
+    // Made once, whatever the outcome: a failure is the set's answer from then on (the
+    // factory agrees on it among the members; making it again would be a collective that
+    // the other members never join).
+    SetExecutors made;
+    made.status = make_set_(members, &made);
+    if (made.status.ok()) {
+      made.host->set_timeline(&timeline_);
+      if (made.device) made.device->set_timeline(&timeline_);
+    }
+    it = sets_.emplace(members, std::move(made)).first;
+  }
+  TFRING_RETURN_IF_ERROR(it->second.status);
+  *host = it->second.host.get();
+  *device = it->second.device.get();
+  return Status::OK();
+}
+
+int64_t Coordinator::Execute(const std::vector<Response>& responses) {
+  bool all_global = true;
+  for (const Response& r : responses) all_global = all_global && r.process_set.empty();
+  if (all_global) {  // the common case, without the sorting below
+    std::vector<const Response*> list;
+    for (const Response& r : responses) list.push_back(&r);
+    return ExecuteInSet(all_ranks_, list);
+  }
+  // Set by set, in the order the sets first appear: the same on every rank.
+  std::vector<std::vector<int32_t>> order;
+  std::map<std::vector<int32_t>, std::vector<const Response*>> by_set;
+  for (const Response& r : responses) {
+    auto& list = by_set[r.process_set];
+    if (list.empty()) order.push_back(r.process_set);
+    list.push_back(&r);
+  }
+  int64_t bytes = 0;
+  for (const std::vector<int32_t>& set : order) {
+    const std::vector<int32_t> members = SetMembers(set, size_);
+    if (IsMember(members, rank_)) bytes += ExecuteInSet(members, by_set[set]);
+  }
+  return bytes;
+}
+
+int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
+                                  const std::vector<const Response*>& responses) {
+  const int position = PositionIn(members, rank_);
+  const int set_size = static_cast<int>(members.size());
+  std::unique_ptr<Scratch> scratch;  // made when this rank has joined and needs stand-ins
+  std::vector<Response> runs;  // what the executors see: roots as positions in the set
+  runs.reserve(responses.size());
+  std::vector<Entry*> entries;
+  std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
+  for (const Response* rp : responses) {
+    Response r = *rp;
+    if (r.ok()) r.error = JoinedProblem(r);
+    auto it = table_.find(r.name);
+    const bool mine = it != table_.end() && it->second.state != State::kJoined;
+    if (!r.ok()) {
+      // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
+      if (mine) Finish(r.name, Status::FailedPrecondition(r.error));
+      continue;
+    }
+    TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";
+    if (r.kind == CollectiveKind::kBroadcast) r.root_rank = PositionIn(members, r.root_rank);
+    runs.push_back(std::move(r));
+    if (!mine && !scratch) scratch = std::make_unique<Scratch>();
+    entries.push_back(mine ? &it->second.entry
+                           : JoinedEntry(runs.back(), position, set_size, scratch.get()));
+    owned.push_back(mine);
+  }
+  std::vector<FusionItem> items;
+  int64_t executed_bytes = 0;
+  for (const Response& r : runs) {
+    items.push_back({&r, ResponseBytes(r)});
+    executed_bytes += items.back().bytes;
+  }
+  GroupExecutor* host = nullptr;
+  GroupExecutor* device = nullptr;
+  const Status made = ExecutorsFor(members, &host, &device);
+  for (const std::vector<int>& group : PlanFusion(items, fusion_threshold_bytes_.load(),
+                                                       options_.fusion_alone_bytes)) {
+    std::vector<Entry*> es;
+    std::vector<const Response*> rs;
+    for (int i : group) {
+      es.push_back(entries[i]);
+      rs.push_back(items[i].response);
+    }
+    const Response& head = *rs[0];
+    const auto started = SteadyClock::now();
+    GroupExecutor* executor = head.on_device ? device : host;
+    Status s;
+    if (!made.ok()) {
+      s = Status(made.code(), "setting up process set " + RankListString(members) + ": " +
+                                  made.message());
+    } else if (head.kind == CollectiveKind::kBarrier) {
+      // Negotiation completed it: every rank has submitted it.
+    } else if (executor == nullptr) {
+      s = Status::FailedPrecondition(
+          "tensor '" + head.name + "' is in GPU memory, but this tfring build has no GPU path "
+          "(built without NCCL; see BUILD.md, 'GPU (NCCL)')");
+    } else {
+      switch (head.kind) {
+        case CollectiveKind::kAllreduce: s = executor->Allreduce(es, head); break;
+        case CollectiveKind::kAllgather: s = executor->Allgather(es, rs); break;
+        case CollectiveKind::kBroadcast: s = executor->Broadcast(es, head); break;
+        case CollectiveKind::kReducescatter: s = executor->Reducescatter(es, head); break;
+        case CollectiveKind::kAlltoall: s = executor->Alltoall(es, head); break;
+        case CollectiveKind::kBarrier:
+        case CollectiveKind::kJoin: break;
+      }
+      if (!s.ok()) s = FailureWhere(s, rs, rank_);
+    }
+    TFRING_LOG(kTrace) << (executor ? executor->name() : "no executor") << " "
+                       << CollectiveKindName(head.kind) << " of " << rs.size() << " tensor(s), "
+                       << "first '" << head.name << "': "
+                       << std::chrono::duration<double, std::micro>(SteadyClock::now() - started)
+                              .count()
+                       << " us";
+    for (int i : group) {
+      if (owned[i]) {
+        Finish(items[i].response->name, s);
+      } else {
+        timeline_.End(items[i].response->name);
+      }
+    }
+  }
+  return executed_bytes;
+}
+
+}  // namespace tfring
