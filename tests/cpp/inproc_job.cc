@@ -1,5 +1,8 @@
 #include "tests/cpp/inproc_job.h"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "tfring/kernels/backends/inproc/inproc_backend.h"
@@ -33,6 +36,36 @@ class CountingControlPlane : public ControlPlane {
   std::atomic<int64_t>* rounds_;
 };
 
+// One InprocWorld per process set, made by the first member that asks, shared by all.
+class SetWorlds {
+ public:
+  explicit SetWorlds(double timeout_seconds) : timeout_seconds_(timeout_seconds) {}
+  std::shared_ptr<InprocWorld> For(const std::vector<int32_t>& members) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& world = worlds_[members];
+    if (!world) world = std::make_shared<InprocWorld>(static_cast<int>(members.size()),
+                                                      timeout_seconds_);
+    return world;
+  }
+
+ private:
+  const double timeout_seconds_;
+  std::mutex mutex_;
+  std::map<std::vector<int32_t>, std::shared_ptr<InprocWorld>> worlds_;
+};
+
+// The factory of rank `rank`: host executors over its set's world, at its position there.
+ProcessSetFactory InprocSetFactory(std::shared_ptr<SetWorlds> worlds, int rank) {
+  return [worlds, rank](const std::vector<int32_t>& members, SetExecutors* out) -> Status {
+    const int position = static_cast<int>(
+        std::lower_bound(members.begin(), members.end(), rank) - members.begin());
+    const int size = static_cast<int>(members.size());
+    out->host = std::make_unique<HostExecutor>(
+        std::make_unique<InprocBackend>(worlds->For(members), position), position, size);
+    return Status::OK();
+  };
+}
+
 }  // namespace
 
 InprocJob::InprocJob(int size, const Options& options, double world_timeout_seconds)
@@ -51,6 +84,7 @@ InprocJob::InprocJob(int size, const Options& options,
   auto control_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto data_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto device_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
+  auto set_worlds = std::make_shared<SetWorlds>(world_timeout_seconds);
   for (int r = 0; r < size; ++r) {
     rounds_.push_back(std::make_unique<std::atomic<int64_t>>(0));
     std::unique_ptr<GroupExecutor> device;
@@ -67,7 +101,7 @@ InprocJob::InprocJob(int size, const Options& options,
         options,
         std::make_unique<CountingControlPlane>(
             std::make_unique<InprocControlPlane>(control_world, r), rounds_.back().get()),
-        std::move(backend), std::move(device)));
+        std::move(backend), std::move(device), InprocSetFactory(set_worlds, r)));
   }
   for (auto& c : coordinators_) c->Start();
 }

@@ -1,7 +1,9 @@
 // InprocJob: a "job" of `size` ranks in one process for the coordinator tests. Each rank is
 // a Coordinator over an InprocControlPlane and an InprocBackend; ranks share one InprocWorld
 // per communicator (control and data), as MPI ranks share tfring's two duplicated
-// communicators. The coordinators' background threads are the ranks' threads.
+// communicators. The coordinators' background threads are the ranks' threads. Process sets
+// work as in the library: a set's executors are made on first use, over an InprocWorld of
+// its members (as MPI makes a communicator of them).
 #pragma once
 
 #include <atomic>
