@@ -30,7 +30,7 @@ def mismatch():
 def killed_rank():
     tfring.allreduce(tf.constant([1.0]), name="warmup")
     if tfring.rank() == 1:
-        say("killing myself")
+        say(f"killing myself at {time.time():.3f}")
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.time()
     try:

@@ -2,6 +2,7 @@
 with the documented error naming the tensor and the ranks. Nothing may hang."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,12 +31,16 @@ def test_shape_mismatch_fails_on_every_rank_with_names():
 
 
 def test_killed_rank_ends_the_job_within_a_minute():
-    rc, out, elapsed = run_scenario("killed_rank")
+    rc, out, _ = run_scenario("killed_rank")
+    ended = time.time()
     assert rc != 0, out
-    assert elapsed < 60, out
-    assert "rank 1: killing myself" in out
-    # mpirun names the rank that died.
-    assert "rank 1" in out and ("signal 9" in out or "Killed" in out), out
+    killed = re.search(r"rank 1: killing myself at ([0-9.]+)", out)
+    assert killed, out
+    # Timed from the kill (the start-up and TF import are not the job's to answer for).
+    assert ended - float(killed.group(1)) < 60, out
+    # mpirun's own report names the rank that died and how (the scenario's line does not).
+    report = " ".join(out.split())
+    assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", report), out
 
 
 def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():

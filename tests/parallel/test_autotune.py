@@ -2,6 +2,7 @@
 and the numbers unchanged while it tunes."""
 
 import csv
+import json
 import os
 
 import numpy as np
@@ -30,17 +31,35 @@ def _restart(env):
     tfring.init()
 
 
+# 24 tensors of 256 KiB: the grid's fusion thresholds (1, 4, 16, 64 MiB) pack them 4, 16
+# and 24 to a group, so the tuning really changes how the step travels.
+TENSORS, ELEMENTS = 24, 64 * 1024
+
+
+def _tensor(rank, i):
+    # Small integers: float32 sums of them are exact, whatever the grouping.
+    return (np.arange(ELEMENTS) % 97 + rank + i).astype(np.float32)
+
+
+def _fusion_group_sizes(path):
+    """How many tensors each MPI_ALLREDUCE in rank 0's timeline carried (a set)."""
+    events = json.loads(path.read_text())
+    return {e["args"]["tensors"] for e in events
+            if e.get("name") == "MPI_ALLREDUCE" and e.get("ph") == "B" and "args" in e}
+
+
 def test_autotune_tries_the_grid_then_holds_the_choice_everywhere(tmp_path, rank, size):
     log = tmp_path / "autotune.csv"
+    timeline_path = tmp_path / "timeline.json"
     _restart(dict(TUNE_ENV, TFRING_AUTOTUNE_LOG=str(log)))
+    tfring.start_timeline(str(timeline_path))
     try:
         @tf.function
-        def step(a, b, c):
-            return tfring.grouped_allreduce([a, b, c], op=tfring.Sum, name="tune.step")
+        def step(*tensors):
+            return tfring.grouped_allreduce(list(tensors), op=tfring.Sum, name="tune.step")
 
-        inputs = [tf.fill([1000], float(rank + 1)), tf.fill([300], 2.0), tf.fill([7], -1.0)]
-        want = [np.full(1000, size * (size + 1) / 2), np.full(300, 2.0 * size),
-                np.full(7, -1.0 * size)]
+        inputs = [tf.constant(_tensor(rank, i)) for i in range(TENSORS)]
+        want = [sum(_tensor(r, i) for r in range(size)) for i in range(TENSORS)]
         done = False
         for i in range(20000):
             out = step(*inputs)
@@ -54,6 +73,10 @@ def test_autotune_tries_the_grid_then_holds_the_choice_everywhere(tmp_path, rank
                     done = True
                     break
         assert done, "the autotuner did not finish"
+        tfring.stop_timeline()
+        if rank == 0:  # the grid changed the fusion groups while every result stayed exact
+            sizes = _fusion_group_sizes(timeline_path)
+            assert 4 in sizes and len(sizes) > 1, sizes
         for _ in range(5):  # the choice reaches every rank in the next negotiation round
             step(*inputs)
         mine = _params()
