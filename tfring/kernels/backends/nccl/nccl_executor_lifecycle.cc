@@ -1,0 +1,263 @@
+// NcclExecutor's lifecycle: communicators made on first use (unique ids shared over the
+// host backends), device buffers, the stream ordering with TensorFlow's producers, waiting
+// for completion with a deadline, and failure: an error or a collective past
+// TFRING_PEER_TIMEOUT_SECONDS aborts the communicators and fails every later GPU op with
+// the reason. The collectives themselves are in nccl_executor.cc.
+#include <sched.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "tfring/kernels/backends/cuda/cuda_check.h"
+#include "tfring/kernels/backends/nccl/nccl_check.h"
+#include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Time spent spinning (yielding) on a completion before sleeping between polls: a small
+// collective finishes within it, and a long one does not notice 20 us sleeps.
+constexpr auto kSpin = std::chrono::microseconds(500);
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+constexpr auto kDrainAfterAbort = std::chrono::seconds(5);
+
+}  // namespace
+
+NcclExecutor::NcclExecutor(const Options& options, const ProcessLayout& layout,
+                           std::unique_ptr<Backend> world, std::unique_ptr<Backend> local,
+                           std::unique_ptr<Backend> cross)
+    : options_(options),
+      layout_(layout),
+      world_host_(std::move(world)),
+      local_host_(std::move(local)),
+      cross_host_(std::move(cross)) {}
+
+NcclExecutor::~NcclExecutor() {
+  if (!ready_) return;
+  cudaSetDevice(device_);
+  if (broken_.ok()) {
+    // Every call completed before it returned, so nothing is in flight.
+    if (world_.comm) ncclCommDestroy(world_.comm);
+    if (local_.comm) ncclCommDestroy(local_.comm);
+  }
+  for (char* b : buffers_) {
+    if (b) cudaFree(b);
+  }
+  if (done_event_) cudaEventDestroy(done_event_);
+  if (producer_event_) cudaEventDestroy(producer_event_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status NcclExecutor::Fail(const Status& status) {
+  if (broken_.ok()) {
+    // A communicator in an unknown state cannot be used again, and waiting on it could
+    // hang: abort (ncclCommAbort does not wait for peers; it frees the communicator).
+    for (Comm* c : {&world_, &local_}) {
+      if (c->comm) ncclCommAbort(c->comm);
+      c->comm = nullptr;
+    }
+    // Copies queued before the failure may still write the ops' outputs: give them a
+    // bounded moment to drain before the ops complete and the framework reuses that memory.
+    if (stream_ && done_event_ && cudaEventRecord(done_event_, stream_) == cudaSuccess) {
+      const auto deadline = Clock::now() + kDrainAfterAbort;
+      while (cudaEventQuery(done_event_) == cudaErrorNotReady && Clock::now() < deadline) {
+        std::this_thread::sleep_for(kPollSleep);
+      }
+    }
+    broken_ = Status(status.code(), status.message() +
+                                        ". The NCCL communicators were aborted; GPU collectives "
+                                        "fail from now on in this job (rank " +
+                                        std::to_string(layout_.rank) + ")");
+    TFRING_LOG(kError) << broken_.message();
+  }
+  return broken_;
+}
+
+Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
+                              const std::vector<const Comm*>& comms) {
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    return Fail(NcclStatus(rc, comms.empty() ? nullptr : comms[0]->comm, call, __FILE__, __LINE__));
+  }
+  // Non-blocking communicators: the call may still be in progress on the host side (only
+  // initialization takes long); the next call must wait for it.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(
+                                               options_.peer_timeout_seconds));
+  for (const Comm* c : comms) {
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(c->comm, &state);
+      if (q != ncclSuccess) return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) return Fail(NcclStatus(state, c->comm, call, __FILE__, __LINE__));
+      if (Clock::now() > deadline) {
+        return Fail(Status::DeadlineExceeded(
+            std::string(call) + " did not finish within TFRING_PEER_TIMEOUT_SECONDS=" +
+            std::to_string(options_.peer_timeout_seconds) +
+            " s: a peer rank is missing or stopped"));
+      }
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
+                              Comm* comm) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (rank == 0) {
+    const ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) return Fail(NcclStatus(rc, nullptr, "ncclGetUniqueId", __FILE__, __LINE__));
+  }
+  const Status shared = bootstrap->Broadcast(&id, sizeof(id), 0);
+  if (!shared.ok()) {
+    return Fail(Status(shared.code(), std::string("sharing the NCCL unique id of the ") + what +
+                                          " communicator through MPI: " + shared.message()));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  comm->rank = rank;
+  comm->size = size;
+  const ncclResult_t rc = ncclCommInitRankConfig(&comm->comm, size, id, rank, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    comm->comm = nullptr;
+    return Fail(NcclStatus(rc, nullptr, "ncclCommInitRankConfig", __FILE__, __LINE__));
+  }
+  TFRING_RETURN_IF_ERROR(Launched(rc, "ncclCommInitRankConfig", {comm}));
+  TFRING_LOG(kDebug) << "NCCL " << what << " communicator ready: rank " << rank << " of " << size
+                     << " on GPU " << device_;
+  return Status::OK();
+}
+
+Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
+  if (!broken_.ok()) return broken_;
+  const int device = group[0]->device;
+  for (const Entry* e : group) {
+    if (e->device != device) {
+      return Status::InvalidArgument("tensors of one process are on GPUs " +
+                                     std::to_string(device) + " and " + std::to_string(e->device) +
+                                     " ('" + e->request.name + "'): tfring uses one GPU per "
+                                     "process; pin each rank to its GPU (local_rank)");
+    }
+  }
+  if (ready_) {
+    if (device != device_) {
+      return Status::InvalidArgument(
+          "tensor '" + group[0]->request.name + "' is on GPU " + std::to_string(device) +
+          ", but this process's NCCL communicator was created on GPU " + std::to_string(device_) +
+          ": tfring uses one GPU per process; pin each rank to its GPU (local_rank)");
+    }
+    TFRING_CUDA_CHECK(cudaSetDevice(device_));
+    return Status::OK();
+  }
+  device_ = device;
+  TFRING_CUDA_CHECK(cudaSetDevice(device_));
+  TFRING_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming));
+  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&producer_event_, cudaEventDisableTiming));
+  ready_ = true;  // the destructor frees what exists from here on
+  TFRING_RETURN_IF_ERROR(InitComm(world_host_.get(), layout_.rank, layout_.size, "world", &world_));
+  if (options_.hierarchical_allreduce) {
+    TFRING_RETURN_IF_ERROR(
+        InitComm(local_host_.get(), layout_.local_rank, layout_.local_size, "local", &local_));
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::WaitInputs(const std::vector<Entry*>& group) {
+  for (const Entry* e : group) {
+    if (e->ready_event != nullptr) {
+      TFRING_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e->ready_event), 0));
+    }
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::WaitForProducerStream(const Entry& e) {
+  if (e.stream == nullptr) return Status::OK();
+  TFRING_CUDA_CHECK(cudaEventRecord(producer_event_, static_cast<cudaStream_t>(e.stream)));
+  TFRING_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_event_, 0));
+  return Status::OK();
+}
+
+Status NcclExecutor::Complete(const std::string& what) {
+  TFRING_CUDA_CHECK(cudaEventRecord(done_event_, stream_));
+  const auto start = Clock::now();
+  const auto timeout = std::chrono::duration<double>(options_.peer_timeout_seconds);
+  while (true) {
+    const cudaError_t rc = cudaEventQuery(done_event_);
+    if (rc == cudaSuccess) return Status::OK();
+    if (rc != cudaErrorNotReady) return Fail(CudaStatus(rc, "cudaEventQuery", __FILE__, __LINE__));
+    for (const Comm* c : {&world_, &local_}) {
+      if (c->comm == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(c->comm, &async);
+      if (q != ncclSuccess) {
+        return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
+      }
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return Fail(NcclStatus(async, c->comm, what.c_str(), __FILE__, __LINE__));
+      }
+    }
+    const auto waited = Clock::now() - start;
+    if (waited > timeout) {
+      return Fail(Status::Aborted(what + " did not complete within TFRING_PEER_TIMEOUT_SECONDS=" +
+                                  std::to_string(options_.peer_timeout_seconds) +
+                                  " s: a peer rank died or stopped in the middle of it"));
+    }
+    if (waited < kSpin) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+Status NcclExecutor::DeviceBuffer(int which, int64_t bytes, char** buffer) {
+  if (buffer_bytes_[which] < bytes) {
+    // Only ever grows; every earlier call has completed, so the old buffer is idle.
+    if (buffers_[which]) TFRING_CUDA_CHECK(cudaFree(buffers_[which]));
+    buffers_[which] = nullptr;
+    buffer_bytes_[which] = 0;
+    const cudaError_t rc = cudaMalloc(reinterpret_cast<void**>(&buffers_[which]), bytes);
+    if (rc != cudaSuccess) {
+      buffers_[which] = nullptr;
+      return Status::Internal(
+          "allocating tfring's " + std::to_string(bytes) + "-byte GPU fusion buffer failed: " +
+          cudaGetErrorString(rc) + ". NCCL and tfring's fusion buffers live outside "
+          "TensorFlow's allocator: let TensorFlow grow its memory instead of taking it all "
+          "(tf.config.experimental.set_memory_growth(gpu, True)), or lower "
+          "TFRING_FUSION_THRESHOLD");
+    }
+    buffer_bytes_[which] = bytes;
+  }
+  *buffer = buffers_[which];
+  return Status::OK();
+}
+
+Status NcclExecutor::CopyAsync(void* dst, const void* src, int64_t bytes) {
+  if (bytes == 0 || dst == src) return Status::OK();
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  return Status::OK();
+}
+
+Status NcclExecutor::ThroughHost(void* device_buffer, int64_t bytes, const std::string& why,
+                                 const std::function<Status(char* host)>& fn) {
+  if (bytes == 0) return Status::OK();
+  host_staging_.resize(bytes);
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(host_staging_.data(), device_buffer, bytes,
+                                    cudaMemcpyDeviceToHost, stream_));
+  TFRING_RETURN_IF_ERROR(Complete("copying a tensor to the host to " + why));
+  TFRING_RETURN_IF_ERROR(fn(host_staging_.data()));
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(device_buffer, host_staging_.data(), bytes,
+                                    cudaMemcpyHostToDevice, stream_));
+  // host_staging_ must outlive the copy: every later use of it follows a Complete().
+  return Status::OK();
+}
+
+}  // namespace tfring
