@@ -37,9 +37,11 @@ void Check(bool ok, const std::string& what) {
   }
 }
 
-std::unique_ptr<MpiBackend> MpiBackendOver(Status (*make)(MPI_Comm*)) {
+MpiContext g_mpi;
+
+std::unique_ptr<MpiBackend> MpiBackendOver(Status (MpiContext::*make)(MPI_Comm*) const) {
   MPI_Comm comm;
-  Check(make(&comm).ok(), "communicator");
+  Check((g_mpi.*make)(&comm).ok(), "communicator");
   auto b = std::make_unique<MpiBackend>(comm);
   Check(b->Init().ok(), "MPI backend");
   return b;
@@ -53,13 +55,13 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 int main(int argc, char** argv) {
   ProcessLayout layout;
-  Check(MpiContext::Initialize(WorldChoice(), &layout).ok(), "MPI init");
+  Check(g_mpi.Initialize(WorldChoice(), &layout).ok(), "MPI init");
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 64;
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 50;
   const std::string why = CudaUnavailableReason();
   if (!why.empty()) {
     if (layout.rank == 0) std::printf("nccl_allreduce bench: skipped: %s\n", why.c_str());
-    MpiContext::Finalize();
+    g_mpi.Finalize();
     return 0;
   }
   const int device = layout.local_rank;
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
   Options options;
   options.stall_check_time_seconds = 0;
   MPI_Comm control;
-  Check(MpiContext::DupWorld(&control).ok(), "control communicator");
+  Check(g_mpi.DupWorld(&control).ok(), "control communicator");
   auto coordinator = std::make_unique<Coordinator>(
       options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
       MpiBackendOver(&MpiContext::DupWorld),
@@ -145,6 +147,6 @@ int main(int argc, char** argv) {
   ncclCommDestroy(comm);
   cudaFree(in);
   cudaFree(out);
-  MpiContext::Finalize();
+  g_mpi.Finalize();
   return 0;
 }

@@ -70,10 +70,9 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   for (size_t i = 0; i < 2; ++i) {
     const Response& x = in.responses[i];
     const Response& y = out.responses[i];
-    EXPECT_TRUE(x.name == y.name && x.kind == y.kind && x.dtype == y.dtype &&
-                x.reduce_op == y.reduce_op && x.root_rank == y.root_rank &&
-                x.first_dims == y.first_dims && x.cacheable == y.cacheable && x.error == y.error &&
-                x.shape == y.shape && x.process_set == y.process_set && x.joined == y.joined)
+    EXPECT_TRUE(static_cast<const Signature&>(x) == y) << "response " << i;
+    EXPECT_TRUE(x.first_dims == y.first_dims && x.all_splits == y.all_splits &&
+                x.joined == y.joined && x.error == y.error)
         << "response " << i;
   }
 }
@@ -172,6 +171,17 @@ TFRING_TEST(Message, SameSignatureComparesEveryField) {
   b = a;
   b.process_set = {0, 1};
   EXPECT_FALSE(a.SameSignature(b));
+}
+
+TFRING_TEST(Message, AResponseCarriesItsRequestsSignature) {
+  for (const Request& q : SampleRequests()) {
+    const Response r = ResponseTo(q);
+    EXPECT_FALSE(r.cacheable) << "the negotiator, not the request, decides that";
+    Request back = SignatureOf(r);
+    back.cacheable = q.cacheable;
+    EXPECT_TRUE(back.SameSignature(q)) << "'" << q.name << "'";
+    EXPECT_EQ(back.call_site, std::string()) << "the call site is not part of the signature";
+  }
 }
 
 TFRING_TEST(Message, TensorKeysTellProcessSetsApart) {

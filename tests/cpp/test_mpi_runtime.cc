@@ -27,6 +27,7 @@ namespace testing {
 namespace {
 
 
+MpiContext g_mpi;
 ProcessLayout g_layout;
 std::unique_ptr<Coordinator> g_coordinator;
 
@@ -40,17 +41,17 @@ void Die(const Status& s) {
 class MpiEnvironment : public Environment {
  public:
   void SetUp() override {
-    Status s = MpiContext::Initialize(WorldChoice(), &g_layout);
+    Status s = g_mpi.Initialize(WorldChoice(), &g_layout);
     if (!s.ok()) Die(s);
     SetLogRank(g_layout.rank);
-    if (!MpiContext::threads_supported()) {
+    if (!g_mpi.threads_supported()) {
       Die(Status::FailedPrecondition("MPI does not provide MPI_THREAD_MULTIPLE"));
     }
     Options options;
     options.stall_check_time_seconds = 0;
     MPI_Comm control_comm, data_comm;
-    if (!(s = MpiContext::DupWorld(&control_comm)).ok()) Die(s);
-    if (!(s = MpiContext::DupWorld(&data_comm)).ok()) Die(s);
+    if (!(s = g_mpi.DupWorld(&control_comm)).ok()) Die(s);
+    if (!(s = g_mpi.DupWorld(&data_comm)).ok()) Die(s);
     auto backend = std::make_unique<MpiBackend>(data_comm);
     if (!(s = backend->Init()).ok()) Die(s);
     g_coordinator = std::make_unique<Coordinator>(
@@ -62,7 +63,7 @@ class MpiEnvironment : public Environment {
   void TearDown() override {
     g_coordinator->Shutdown();
     g_coordinator.reset();  // frees the communicators before MPI is finalized
-    MpiContext::Finalize();
+    g_mpi.Finalize();
   }
 
   bool verbose() const override { return g_layout.rank == 0; }

@@ -30,6 +30,7 @@ namespace testing {
 namespace {
 
 
+MpiContext g_mpi;
 ProcessLayout g_layout;
 int g_device = -1;
 cudaStream_t g_producer = nullptr;
@@ -40,9 +41,9 @@ void Die(const Status& s) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-std::unique_ptr<MpiBackend> MpiBackendOver(Status (*make)(MPI_Comm*)) {
+std::unique_ptr<MpiBackend> MpiBackendOver(Status (MpiContext::*make)(MPI_Comm*) const) {
   MPI_Comm comm;
-  Status s = make(&comm);
+  Status s = (g_mpi.*make)(&comm);
   if (!s.ok()) Die(s);
   auto b = std::make_unique<MpiBackend>(comm);
   if (!(s = b->Init()).ok()) Die(s);
@@ -53,7 +54,7 @@ std::unique_ptr<MpiBackend> MpiBackendOver(Status (*make)(MPI_Comm*)) {
 std::unique_ptr<Coordinator> NewCoordinator(Options options) {
   options.stall_check_time_seconds = 0;
   MPI_Comm control;
-  Status s = MpiContext::DupWorld(&control);
+  Status s = g_mpi.DupWorld(&control);
   if (!s.ok()) Die(s);
   auto executor = std::make_unique<NcclExecutor>(
       options, g_layout, MpiBackendOver(&MpiContext::DupWorld), MpiBackendOver(&MpiContext::SplitLocal),
@@ -70,7 +71,7 @@ std::unique_ptr<Coordinator> g_flat, g_hierarchical;
 class NcclEnvironment : public Environment {
  public:
   void SetUp() override {
-    Status s = MpiContext::Initialize(WorldChoice(), &g_layout);
+    Status s = g_mpi.Initialize(WorldChoice(), &g_layout);
     if (!s.ok()) Die(s);
     SetLogRank(g_layout.rank);
     std::string skip = CudaUnavailableReason();
@@ -109,7 +110,7 @@ class NcclEnvironment : public Environment {
     if (g_hierarchical) g_hierarchical->Shutdown();
     g_flat.reset();
     g_hierarchical.reset();
-    MpiContext::Finalize();
+    g_mpi.Finalize();
   }
 
   std::string SkipReason() const override { return g_skip; }

@@ -35,7 +35,10 @@ Response NegotiateOne(const std::vector<Request>& requests) {
   Negotiator n(static_cast<int>(requests.size()));
   for (size_t r = 0; r < requests.size(); ++r) n.Add(static_cast<int>(r), requests[r], At(0));
   std::vector<Response> out = n.TakeReady();
-  return out.size() == 1 ? out[0] : Response{"<none>"};
+  if (out.size() == 1) return out[0];
+  Response none;
+  none.name = "<none>";
+  return none;
 }
 
 TFRING_TEST(Negotiator, ReleasesInCompletionOrder) {

@@ -14,7 +14,6 @@ namespace tfring {
 namespace {
 
 constexpr uint64_t kFlagNoNewRequests = 1;
-constexpr uint64_t kFlagNotShuttingDown = 2;
 constexpr double kCachedWaitDemoteSeconds = 1.0;
 constexpr auto kHotSpin = std::chrono::microseconds(200);
 constexpr auto kMinBackoff = std::chrono::microseconds(10);
@@ -299,21 +298,23 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (autotuner_ && !params_pending_) params_pending_ = autotuner_->TakeChange(&pending_params_);
   if (params_pending_) force_round = true;  // the setting travels in a negotiation round
 
-  // Step 2: one AND-allreduce of flags, ready bits, still-valid bits and not-joined bits.
+  // Step 2: one AND-allreduce of flags, ready bits, still-valid bits, and per rank a
+  // not-joined bit and a still-running bit (clear: that rank is shutting down).
   const int nbits = cache_.num_bits();
-  const size_t nwords = (nbits + 63) / 64;
+  const size_t nwords = (nbits + 63) / 64, rank_words = (size_ + 63) / 64;
   const size_t ready_base = 1, valid_base = 1 + nwords, joined_base = 1 + 2 * nwords;
-  std::vector<uint64_t> words(1 + 2 * nwords + (size_ + 63) / 64, 0);
+  const size_t running_base = joined_base + rank_words;
+  std::vector<uint64_t> words(running_base + rank_words, 0);
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutting_down = shutdown_requested_;
   }
   if (send_order_.empty() && !force_round) words[0] |= kFlagNoNewRequests;
-  if (!shutting_down) words[0] |= kFlagNotShuttingDown;
   for (size_t i = 0; i < nwords; ++i) words[valid_base + i] = ~uint64_t{0};
   for (size_t i = joined_base; i < words.size(); ++i) words[i] = ~uint64_t{0};
   if (joined_) ClearBit(&words, joined_base, rank_);
+  if (shutting_down) ClearBit(&words, running_base, rank_);
   for (int slot : invalidate) ClearBit(&words, valid_base, slot);
   for (const auto& kv : table_) {
     if (kv.second.state == State::kCachedWaiting) SetBit(&words, ready_base, kv.second.slot);
@@ -392,10 +393,17 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   }
   joined_ranks_ = joined;
   if (*stop) return Status::OK();
-  if (!(words[0] & kFlagNotShuttingDown)) {
+  std::vector<int32_t> stopping;
+  for (int r = 0; r < size_; ++r) {
+    if (!TestBit(words, running_base, r)) stopping.push_back(r);
+  }
+  if (!stopping.empty()) {
     FailEverything(Status::Aborted(
         shutting_down ? "tfring was shut down while this op was pending"
-                      : "tfring was shut down on another rank while this op was pending"));
+                      : "tfring was shut down on " +
+                            (stopping.size() == 1 ? "rank " + std::to_string(stopping[0])
+                                                  : "ranks " + RankListString(stopping)) +
+                            " while this op was pending"));
     *stop = true;
   }
   return Status::OK();

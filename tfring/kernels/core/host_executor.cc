@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "tfring/kernels/common/elementwise.h"
-#include "tfring/kernels/core/gather_layout.h"
+#include "tfring/kernels/core/buffer_layout.h"
 
 namespace tfring {
 namespace {
@@ -64,28 +64,24 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     Postprocess(e, r, e.output, count);
     return Status::OK();
   }
-  int64_t total = 0;
-  for (Entry* e : group) total += NumElements(e->request.shape);
-  char* buffer = FusionBuffer(0, total * esize);
+  const Packed packed = PlanPacked(group);
+  char* buffer = FusionBuffer(0, packed.total_bytes);
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
-  for (Entry* e : group) {
-    const int64_t count = NumElements(e->request.shape);
-    CopyBytes(buffer + offset * esize, e->input, count * esize);
-    if (e->request.prescale_factor != 1.0) {
-      ScaleInPlace(dtype, e->request.prescale_factor, buffer + offset * esize, count);
+  for (size_t i = 0; i < group.size(); ++i) {
+    CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
+    if (group[i]->request.prescale_factor != 1.0) {
+      ScaleInPlace(dtype, group[i]->request.prescale_factor, buffer + packed.offsets[i],
+                   packed.bytes[i] / esize);
     }
-    offset += count;
   }
-  Phase(group, PhaseName(backend_->allreduce_phase()), Timeline::GroupArgs(group, total * esize));
-  TFRING_RETURN_IF_ERROR(backend_->Allreduce(buffer, buffer, total, dtype, wire_op));
+  Phase(group, PhaseName(backend_->allreduce_phase()),
+        Timeline::GroupArgs(group, packed.total_bytes));
+  TFRING_RETURN_IF_ERROR(
+      backend_->Allreduce(buffer, buffer, packed.total_bytes / esize, dtype, wire_op));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  offset = 0;
-  for (Entry* e : group) {
-    const int64_t count = NumElements(e->request.shape);
-    Postprocess(*e, r, buffer + offset * esize, count);
-    CopyBytes(e->output, buffer + offset * esize, count * esize);
-    offset += count;
+  for (size_t i = 0; i < group.size(); ++i) {
+    Postprocess(*group[i], r, buffer + packed.offsets[i], packed.bytes[i] / esize);
+    CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
   }
   return Status::OK();
 }
@@ -97,20 +93,17 @@ Status HostExecutor::Allgather(const std::vector<Entry*>& group,
     Entry& e = *group[i];
     TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
   }
-  const GatherLayout layout = PlanGather(group, rs, size_);
+  const GatherLayout layout = PlanGather(group, rs, rank_, size_);
   const std::string args = Timeline::GroupArgs(group, layout.total_bytes);
   if (group.size() == 1) {
     Phase(group, PhaseName("ALLGATHER"), args);
     return backend_->Allgather(group[0]->input, group[0]->output, layout.bytes_per_rank);
   }
-  char* send = FusionBuffer(0, layout.bytes_per_rank[rank_]);
+  char* send = FusionBuffer(0, layout.send.total_bytes);
   char* recv = FusionBuffer(1, layout.total_bytes);
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
   for (size_t i = 0; i < group.size(); ++i) {
-    const int64_t n = rs[i]->first_dims[rank_] * RowBytes(group[i]->request);
-    CopyBytes(send + offset, group[i]->input, n);
-    offset += n;
+    CopyBytes(send + layout.send.offsets[i], group[i]->input, layout.send.bytes[i]);
   }
   Phase(group, PhaseName("ALLGATHER"), args);
   TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, layout.bytes_per_rank));
@@ -131,24 +124,17 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
     Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, bytes));
     return backend_->Broadcast(e.output, bytes, r.root_rank);
   }
-  int64_t total = 0;
-  for (Entry* e : group) total += TensorBytes(e->request);
-  char* buffer = FusionBuffer(0, total);
+  const Packed packed = PlanPacked(group);
+  char* buffer = FusionBuffer(0, packed.total_bytes);
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
-  if (is_root) {
-    for (Entry* e : group) {
-      CopyBytes(buffer + offset, e->input, TensorBytes(e->request));
-      offset += TensorBytes(e->request);
-    }
+  for (size_t i = 0; i < group.size() && is_root; ++i) {
+    CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
   }
-  Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, total));
-  TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, total, r.root_rank));
+  Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, packed.total_bytes));
+  TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, packed.total_bytes, r.root_rank));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  offset = 0;
-  for (Entry* e : group) {
-    if (e->output != buffer + offset) CopyBytes(e->output, buffer + offset, TensorBytes(e->request));
-    offset += TensorBytes(e->request);
+  for (size_t i = 0; i < group.size(); ++i) {
+    CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
   }
   return Status::OK();
 }

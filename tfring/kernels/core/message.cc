@@ -102,10 +102,8 @@ Status CheckVersion(Reader* rd, const char* what, int from_rank) {
   return Status::OK();
 }
 
-// The fields Requests and Responses share (what identifies the collective), written and
-// read in one place for both.
-template <typename Message>
-void PutSignature(Writer* w, const Message& m) {
+// The signature, written and read in one place for Requests and Responses.
+void PutSignature(Writer* w, const Signature& m) {
   w->PutString(m.name);
   w->Put<uint8_t>(static_cast<uint8_t>(m.kind));
   w->Put<uint8_t>(static_cast<uint8_t>(m.dtype));
@@ -121,8 +119,7 @@ void PutSignature(Writer* w, const Message& m) {
 
 // Reads what PutSignature wrote; "" when it is well formed, else what is wrong. Every enum
 // is checked against its values, so no later code sees one that does not exist.
-template <typename Message>
-std::string GetSignature(Reader* rd, Message* m) {
+std::string GetSignature(Reader* rd, Signature* m) {
   uint8_t kind, dtype, op;
   if (!rd->GetString(&m->name) || !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
       !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
@@ -188,46 +185,28 @@ std::string TensorKey(const std::string& name, const std::vector<int32_t>& proce
   return s + "]";
 }
 
+bool Signature::operator==(const Signature& o) const {
+  return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
+         root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
+         postscale_factor == o.postscale_factor && shape == o.shape &&
+         process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device;
+}
+
 Response ResponseTo(const Request& q) {
   Response r;
-  r.name = q.name;
-  r.kind = q.kind;
-  r.dtype = q.dtype;
-  r.reduce_op = q.reduce_op;
-  r.root_rank = q.root_rank;
-  r.prescale_factor = q.prescale_factor;
-  r.postscale_factor = q.postscale_factor;
-  r.on_device = q.on_device;
-  r.shape = q.shape;
-  r.process_set = q.process_set;
+  static_cast<Signature&>(r) = q;
+  r.cacheable = false;
   return r;
 }
 
 Request SignatureOf(const Response& r) {
   Request q;
-  q.name = r.name;
-  q.kind = r.kind;
-  q.dtype = r.dtype;
-  q.reduce_op = r.reduce_op;
-  q.root_rank = r.root_rank;
-  q.prescale_factor = r.prescale_factor;
-  q.postscale_factor = r.postscale_factor;
-  q.shape = r.shape;
-  q.cacheable = r.cacheable;
-  q.on_device = r.on_device;
-  q.process_set = r.process_set;
+  static_cast<Signature&>(q) = r;
   return q;
 }
 
 int Contributors(const Response& r, int set_size) {
   return set_size - static_cast<int>(r.joined.size());
-}
-
-bool Request::SameSignature(const Request& o) const {
-  return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
-         root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
-         postscale_factor == o.postscale_factor && shape == o.shape && cacheable == o.cacheable &&
-         on_device == o.on_device && splits == o.splits && process_set == o.process_set;
 }
 
 std::string EncodeRequests(const std::vector<Request>& requests) {

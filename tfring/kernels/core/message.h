@@ -11,52 +11,58 @@
 
 namespace tfring {
 
-// One rank's description of one tensor it has submitted.
-struct Request {
+// What identifies one collective: the fields every rank's request must agree on, that the
+// response cache keys on, and that Requests and Responses both carry (encoded once, by one
+// function, for both).
+struct Signature {
   std::string name;
   CollectiveKind kind = CollectiveKind::kAllreduce;
   DataType dtype = DataType::kFloat32;
-  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce only
+  ReduceOp reduce_op = ReduceOp::kSum;  // allreduce and reducescatter
   int32_t root_rank = 0;                // broadcast only
-  double prescale_factor = 1.0;         // allreduce only
-  double postscale_factor = 1.0;        // allreduce only
+  double prescale_factor = 1.0;         // allreduce and reducescatter
+  double postscale_factor = 1.0;
+  // A request: the submitting rank's shape. A response: the first member's (for allgather
+  // and alltoall, rows are that member's own first dimension).
   Shape shape;
-  bool cacheable = true;  // false for auto-named eager ops: their names never recur
+  // The process set: its members' global ranks, ascending; empty for all ranks. Positions
+  // in a Request's splits and in a Response's first_dims/all_splits are positions in it.
+  std::vector<int32_t> process_set;
+  // A request: false for auto-named eager ops, whose names never recur. A response: whether
+  // every rank may cache it (set by the negotiator).
+  bool cacheable = true;
   // Where the tensor lives: host memory (MPI) or a GPU (NCCL). Every rank must agree, since
   // the two take different backends; which GPU is each rank's own business.
   bool on_device = false;
+
+  bool operator==(const Signature& o) const;
+  bool operator!=(const Signature& o) const { return !(*this == o); }
+};
+
+// One rank's description of one tensor it has submitted.
+struct Request : Signature {
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank of the process set
-  // The process set: its members' global ranks, ascending; empty for all ranks. Positions
-  // in `splits` and in a Response's first_dims/all_splits are positions in this list.
-  std::vector<int32_t> process_set;
   // Unnamed eager calls: where the user's code made the call ("train.py:42"), so that an
   // error about calls that ranks paired by their order can say which calls they were.
   // Not part of the signature.
   std::string call_site;
 
   // Whether two requests describe the same collective (what the response cache keys on).
-  bool SameSignature(const Request& other) const;
+  bool SameSignature(const Request& other) const {
+    return Signature::operator==(other) && splits == other.splits;
+  }
 };
 
 // Rank 0's decision about one tensor, executed by every rank in list order.
-struct Response {
-  std::string name;
-  CollectiveKind kind = CollectiveKind::kAllreduce;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp reduce_op = ReduceOp::kSum;
-  int32_t root_rank = 0;
+struct Response : Signature {
+  Response() { cacheable = false; }  // only the negotiator decides that a response may be cached
+
   std::vector<int64_t> first_dims;  // allgather: first dimension of each rank's tensor
   // alltoall: every rank's splits, rank after rank (rows rank q sends to rank r at q*size+r)
   std::vector<int64_t> all_splits;
-  Shape shape;                      // the first member's shape (rows: its own first dimension)
-  std::vector<int32_t> process_set; // as in Request
   // Ranks of the set that had joined (tfring.join) instead of submitting: they contribute
   // the reduction's identity (allgather: no rows), and Average divides by the others only.
   std::vector<int32_t> joined;
-  double prescale_factor = 1.0;     // allreduce: the same on every rank (negotiated)
-  double postscale_factor = 1.0;
-  bool on_device = false;           // GPU tensors: run by the device executor
-  bool cacheable = false;
   std::string error;  // non-empty: fail the op on every rank with this message
 
   bool ok() const { return error.empty(); }
@@ -72,8 +78,8 @@ std::string RankListString(const std::vector<int32_t>& ranks);
 // name with the set, so that the same name may be in flight in two sets at once. It is
 // also the name errors and the timeline show: "grad/w [process set 0, 2]".
 std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set);
-// The response to `q` that carries q's description (name, collective, dtype, reduce op,
-// root, scale factors, device, shape, process set); the negotiator fills in the rest.
+// The response to `q` that carries q's signature, not yet cacheable; the negotiator fills
+// in the rest.
 Response ResponseTo(const Request& q);
 // The request that a response answers, as the response cache compares them: what a rank
 // that holds no entry of its own (a joined rank, a rank outside the set) records.

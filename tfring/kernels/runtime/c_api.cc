@@ -48,7 +48,7 @@ int tfring_local_size() { return Layout(&tfring::ProcessLayout::local_size); }
 int tfring_cross_rank() { return Layout(&tfring::ProcessLayout::cross_rank); }
 int tfring_cross_size() { return Layout(&tfring::ProcessLayout::cross_size); }
 int tfring_mpi_threads_supported() {
-  return GlobalRuntime::Get().initialized() && tfring::MpiContext::threads_supported() ? 1 : 0;
+  return GlobalRuntime::Get().mpi_threads_supported() ? 1 : 0;
 }
 // Returns 0 on success, else the StatusCode, with the message copied into `error`.
 int tfring_start_timeline(const char* path, int mark_cycles, char* error, int error_len) {

@@ -60,14 +60,15 @@ Status NewDeviceExecutor(const Options& options, MPI_Comm parent,
 }
 
 // The host backend over all ranks, hierarchical when asked for.
-Status NewHostBackend(const Options& options, std::unique_ptr<MpiBackend>* out) {
+Status NewHostBackend(const Options& options, const MpiContext& mpi,
+                      std::unique_ptr<MpiBackend>* out) {
   MPI_Comm data_comm;
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&data_comm));
+  TFRING_RETURN_IF_ERROR(mpi.DupWorld(&data_comm));
   TFRING_RETURN_IF_ERROR(NewMpiBackend(data_comm, out));
   if (options.hierarchical_allreduce) {
     MPI_Comm local, cross;
-    TFRING_RETURN_IF_ERROR(MpiContext::SplitLocal(&local));
-    TFRING_RETURN_IF_ERROR(MpiContext::SplitCross(&cross));
+    TFRING_RETURN_IF_ERROR(mpi.SplitLocal(&local));
+    TFRING_RETURN_IF_ERROR(mpi.SplitCross(&cross));
     (*out)->UseHierarchicalAllreduce(local, cross);
   }
   return Status::OK();
@@ -117,9 +118,9 @@ ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
 
 // Every rank learns whether `status` is OK everywhere; a rank whose own is OK but another's
 // is not gets an error naming the lowest rank that failed.
-Status AgreeAcrossRanks(int rank, Status* status) {
+Status AgreeAcrossRanks(const MpiContext& mpi, int rank, Status* status) {
   MPI_Comm comm;
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&comm));
+  TFRING_RETURN_IF_ERROR(mpi.DupWorld(&comm));
   int mine = status->ok() ? INT_MAX : rank, first_failed = INT_MAX;
   const int rc = MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm);
   MPI_Comm_free(&comm);
@@ -133,6 +134,9 @@ Status AgreeAcrossRanks(int rank, Status* status) {
 }
 
 }  // namespace
+
+GlobalRuntime::GlobalRuntime() : mpi_(std::make_unique<MpiContext>()) {}
+GlobalRuntime::~GlobalRuntime() = default;
 
 GlobalRuntime& GlobalRuntime::Get() {
   static GlobalRuntime* runtime = new GlobalRuntime();  // never destroyed: outlives TF kernels
@@ -156,23 +160,23 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   Options options;
   TFRING_RETURN_IF_ERROR(Options::FromEnvironment(&options));
   SetLogLevel(options.log_level);
-  TFRING_RETURN_IF_ERROR(MpiContext::Initialize(world, &layout_));
+  TFRING_RETURN_IF_ERROR(mpi_->Initialize(world, &layout_));
   SetLogRank(layout_.rank);
   MPI_Comm control_comm, sets_comm;
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&control_comm));
-  TFRING_RETURN_IF_ERROR(MpiContext::DupWorld(&sets_comm));
+  TFRING_RETURN_IF_ERROR(mpi_->DupWorld(&control_comm));
+  TFRING_RETURN_IF_ERROR(mpi_->DupWorld(&sets_comm));
   std::unique_ptr<MpiBackend> backend;
-  TFRING_RETURN_IF_ERROR(NewHostBackend(options, &backend));
+  TFRING_RETURN_IF_ERROR(NewHostBackend(options, *mpi_, &backend));
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
-  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, MpiContext::World(), &device));
+  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, mpi_->world(), &device));
   coordinator_ = std::make_shared<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device),
                                                NewProcessSetFactory(options, sets_comm));
   // Setup that can fail on some ranks only (rank 0's autotune log): agree before starting,
   // so that no rank runs a coordinator whose peers never will.
   Status mine = coordinator_->init_status();
-  TFRING_RETURN_IF_ERROR(AgreeAcrossRanks(layout_.rank, &mine));
+  TFRING_RETURN_IF_ERROR(AgreeAcrossRanks(*mpi_, layout_.rank, &mine));
   if (!mine.ok()) {
     coordinator_.reset();
     return mine;
@@ -218,12 +222,17 @@ void GlobalRuntime::Shutdown() {
 void GlobalRuntime::AtExit() {
   Shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!peers_lost_) MpiContext::Finalize();
+  if (!peers_lost_) mpi_->Finalize();
 }
 
 bool GlobalRuntime::initialized() {
   std::lock_guard<std::mutex> lock(mutex_);
   return coordinator_ != nullptr;
+}
+
+bool GlobalRuntime::mpi_threads_supported() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return coordinator_ != nullptr && mpi_->threads_supported();
 }
 
 ProcessLayout GlobalRuntime::layout() {

@@ -14,6 +14,8 @@
 
 namespace tfring {
 
+class MpiContext;  // backends/mpi: kept out of this header, which TF kernels include
+
 class GlobalRuntime {
  public:
   static GlobalRuntime& Get();
@@ -25,6 +27,8 @@ class GlobalRuntime {
   void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
   bool initialized();
   ProcessLayout layout();  // valid once initialized
+  // Whether MPI runs with MPI_THREAD_MULTIPLE; false before init.
+  bool mpi_threads_supported();
 
   // The timeline (rank 0 writes it): FailedPrecondition before init.
   Status StartTimeline(const std::string& path, bool mark_cycles);
@@ -43,7 +47,12 @@ class GlobalRuntime {
   std::string NextUnnamedName(const std::vector<int32_t>& process_set);
 
  private:
+  GlobalRuntime();
+  ~GlobalRuntime();
+
   std::mutex mutex_;
+  // MPI's lifetime and tfring's world in it; used under mutex_.
+  std::unique_ptr<MpiContext> mpi_;
   // Shared: Enqueue takes its own reference under the lock and calls the coordinator after
   // releasing it, so a concurrent Shutdown (another thread, an atexit during an op) cannot
   // destroy the coordinator under it. Shutdown waits for those references to go.

@@ -2,30 +2,20 @@
 
 #include <cstdlib>
 
-#include <mutex>
-
 #include "tfring/kernels/backends/mpi/mpi_check.h"
 #include "tfring/kernels/core/message.h"
 
 namespace tfring {
-namespace {
-
-std::mutex g_mutex;
-bool g_we_initialized = false;
-bool g_initialized = false;
-int g_thread_level = MPI_THREAD_SINGLE;
-ProcessLayout g_layout;
-MPI_Comm g_world = MPI_COMM_WORLD;  // tfring's world (WorldChoice)
-
-Status ComputeLayout(ProcessLayout* l) {
-  TFRING_MPI_CHECK(MPI_Comm_rank(g_world, &l->rank));
-  TFRING_MPI_CHECK(MPI_Comm_size(g_world, &l->size));
+Status MpiContext::ComputeLayout() {
+  ProcessLayout* l = &layout_;
+  TFRING_MPI_CHECK(MPI_Comm_rank(world_, &l->rank));
+  TFRING_MPI_CHECK(MPI_Comm_size(world_, &l->size));
   MPI_Comm local, cross;
   TFRING_MPI_CHECK(
-      MPI_Comm_split_type(g_world, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
+      MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
   TFRING_MPI_CHECK(MPI_Comm_rank(local, &l->local_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(local, &l->local_size));
-  TFRING_MPI_CHECK(MPI_Comm_split(g_world, l->local_rank, l->rank, &cross));
+  TFRING_MPI_CHECK(MPI_Comm_split(world_, l->local_rank, l->rank, &cross));
   TFRING_MPI_CHECK(MPI_Comm_rank(cross, &l->cross_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(cross, &l->cross_size));
   MPI_Comm_free(&local);
@@ -33,10 +23,10 @@ Status ComputeLayout(ProcessLayout* l) {
   return Status::OK();
 }
 
-// Makes g_world for `choice` (MPI is initialized), freeing the previous one.
-Status MakeWorld(const WorldChoice& choice) {
-  if (g_world != MPI_COMM_WORLD) MPI_Comm_free(&g_world);
-  g_world = MPI_COMM_WORLD;
+// Makes world_ for `choice` (MPI is initialized), freeing the previous one.
+Status MpiContext::MakeWorld(const WorldChoice& choice) {
+  if (world_ != MPI_COMM_WORLD) MPI_Comm_free(&world_);
+  world_ = MPI_COMM_WORLD;
   MPI_Comm made = MPI_COMM_NULL;
   switch (choice.kind) {
     case WorldChoice::Kind::kAll:
@@ -80,11 +70,9 @@ Status MakeWorld(const WorldChoice& choice) {
     }
   }
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(made, MPI_ERRORS_RETURN));
-  g_world = made;
+  world_ = made;
   return Status::OK();
 }
-
-}  // namespace
 
 Status MpiStatus(int rc, const char* call, const char* file, int line) {
   // `call` is the whole C++ expression; its MPI function is what a reader needs.
@@ -105,67 +93,54 @@ Status MpiStatus(int rc, const char* call, const char* file, int line) {
 }
 
 Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  {
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (finalized) {
-      return Status::FailedPrecondition(
-          "MPI was already finalized in this process; tfring cannot start again after MPI "
-          "has been shut down");
-    }
-    if (!initialized && !g_initialized) {
-      // Open MPI spins while it waits for a peer. A tfring rank shares its core(s) with
-      // TensorFlow's threads, which computes the next gradients while a collective waits;
-      // a spinning wait takes that CPU away (measured with bench/keras_fit.py: 2 ranks on
-      // 2 cores went from 0.83 to 1.0 of one process). Yielding costs a syscall per poll.
-      // A value the user set wins; other MPIs ignore the variable.
-      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-      TFRING_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &g_thread_level));
-      g_we_initialized = true;
-    } else {
-      MPI_Query_thread(&g_thread_level);
-    }
-    g_initialized = true;
-    TFRING_RETURN_IF_ERROR(MakeWorld(choice));
-    TFRING_RETURN_IF_ERROR(ComputeLayout(&g_layout));
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::FailedPrecondition(
+        "MPI was already finalized in this process; tfring cannot start again after MPI "
+        "has been shut down");
   }
-  *layout = g_layout;
+  if (!initialized) {
+    // Open MPI spins while it waits for a peer. A tfring rank shares its core(s) with
+    // TensorFlow's threads, which computes the next gradients while a collective waits;
+    // a spinning wait takes that CPU away (measured with bench/keras_fit.py: 2 ranks on
+    // 2 cores went from 0.83 to 1.0 of one process). Yielding costs a syscall per poll.
+    // A value the user set wins; other MPIs ignore the variable.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+    TFRING_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level_));
+    we_initialized_ = true;
+  } else {
+    MPI_Query_thread(&thread_level_);
+  }
+  TFRING_RETURN_IF_ERROR(MakeWorld(choice));
+  TFRING_RETURN_IF_ERROR(ComputeLayout());
+  *layout = layout_;
   return Status::OK();
 }
 
 void MpiContext::Finalize() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_we_initialized) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-  g_we_initialized = false;
+  if (!finalized && we_initialized_) MPI_Finalize();
+  we_initialized_ = false;
 }
 
-bool MpiContext::threads_supported() { return g_thread_level == MPI_THREAD_MULTIPLE; }
-
-MPI_Comm MpiContext::World() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_world;
-}
-
-Status MpiContext::DupWorld(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_dup(World(), comm));
+Status MpiContext::DupWorld(MPI_Comm* comm) const {
+  TFRING_MPI_CHECK(MPI_Comm_dup(world_, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }
 
-Status MpiContext::SplitLocal(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_split_type(World(), MPI_COMM_TYPE_SHARED, g_layout.rank,
-                                       MPI_INFO_NULL, comm));
+Status MpiContext::SplitLocal(MPI_Comm* comm) const {
+  TFRING_MPI_CHECK(
+      MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, layout_.rank, MPI_INFO_NULL, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }
 
-Status MpiContext::SplitCross(MPI_Comm* comm) {
-  TFRING_MPI_CHECK(MPI_Comm_split(World(), g_layout.local_rank, g_layout.rank, comm));
+Status MpiContext::SplitCross(MPI_Comm* comm) const {
+  TFRING_MPI_CHECK(MPI_Comm_split(world_, layout_.local_rank, layout_.rank, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }

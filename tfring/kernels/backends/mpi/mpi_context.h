@@ -18,23 +18,27 @@
 
 namespace tfring {
 
+// One per runtime (GlobalRuntime owns it; a native test may make its own). Not thread-safe:
+// its owner calls it under its own lock.
 class MpiContext {
  public:
-  // Initializes MPI once (idempotent), makes tfring's world as `choice` says (collective
-  // over its members) and fills `layout` as seen within it. Called again (after a
-  // shutdown), it makes the world anew.
-  static Status Initialize(const WorldChoice& choice, ProcessLayout* layout);
+  // Initializes MPI unless it already is (by tfring or by someone else), makes tfring's
+  // world as `choice` says (collective over its members) and fills `layout` as seen within
+  // it. Called again (after a shutdown), it makes the world anew.
+  Status Initialize(const WorldChoice& choice, ProcessLayout* layout);
+  // Finalizes MPI if this context initialized it and MPI is still usable (which frees the
+  // world made for the choice with everything else). Initialize cannot be called after that.
+  void Finalize();
   // tfring's world: MPI_COMM_WORLD, or the communicator Initialize made for the choice.
-  static MPI_Comm World();
-  // Finalizes MPI if tfring initialized it and MPI is still usable.
-  static void Finalize();
-  static bool threads_supported();
+  MPI_Comm world() const { return world_; }
+  bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
   // A fresh duplicate of tfring's world with errors returned, not fatal.
-  static Status DupWorld(MPI_Comm* comm);
+  Status DupWorld(MPI_Comm* comm) const;
   // The ranks on this host (ordered by world rank), and the ranks that share this rank's
   // local rank (one per host: with local rank 0, the hosts' leaders). Errors returned.
-  static Status SplitLocal(MPI_Comm* comm);
-  static Status SplitCross(MPI_Comm* comm);
+  Status SplitLocal(MPI_Comm* comm) const;
+  Status SplitCross(MPI_Comm* comm) const;
+
   // The same over any communicator `parent` (a process set's): a duplicate of it, its ranks
   // on this host, and its ranks with this rank's local rank; `layout` as seen within it.
   // Every output communicator returns errors. Collective over `parent`.
@@ -45,6 +49,15 @@ class MpiContext {
   static Status CreateGroup(MPI_Comm world, const std::vector<int32_t>& ranks, MPI_Comm* comm);
   // "Open MPI v5.0.11, ..." as MPI_Get_library_version reports it (first line).
   static std::string LibraryVersion();
+
+ private:
+  Status MakeWorld(const WorldChoice& choice);
+  Status ComputeLayout();
+
+  bool we_initialized_ = false;  // this context called MPI_Init_thread
+  int thread_level_ = MPI_THREAD_SINGLE;
+  MPI_Comm world_ = MPI_COMM_WORLD;
+  ProcessLayout layout_;
 };
 
 }  // namespace tfring

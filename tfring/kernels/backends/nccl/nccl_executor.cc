@@ -10,7 +10,7 @@
 #include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/common/half.h"
 #include "tfring/kernels/common/logging.h"
-#include "tfring/kernels/core/gather_layout.h"
+#include "tfring/kernels/core/buffer_layout.h"
 
 #define TFRING_NCCL_LAUNCH(call, ...) \
   TFRING_RETURN_IF_ERROR(Launched((call), #call, {__VA_ARGS__}))
@@ -159,26 +159,20 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     if (count > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(e.input, e.output, count, r.dtype, r));
     return Complete(std::string("NCCL allreduce of '") + e.request.name + "'");
   }
-  int64_t total = 0;
-  for (Entry* e : group) total += NumElements(e->request.shape);
+  const Packed packed = PlanPacked(group);
+  const int64_t total = packed.total_bytes / static_cast<int64_t>(esize);
   char* buffer;
-  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total * esize, &buffer));
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
-  for (Entry* e : group) {
-    const int64_t bytes = NumElements(e->request.shape) * esize;
-    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + offset, e->input, bytes));
-    offset += bytes;
+  for (size_t i = 0; i < group.size(); ++i) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]));
   }
   Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
-        Timeline::GroupArgs(group, total * esize));
+        Timeline::GroupArgs(group, packed.total_bytes));
   if (total > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(buffer, buffer, total, r.dtype, r));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  offset = 0;
-  for (Entry* e : group) {
-    const int64_t bytes = NumElements(e->request.shape) * esize;
-    TFRING_RETURN_IF_ERROR(CopyAsync(e->output, buffer + offset, bytes));
-    offset += bytes;
+  for (size_t i = 0; i < group.size(); ++i) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]));
   }
   return Complete("NCCL allreduce of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");
@@ -219,7 +213,7 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
     // The framework may hand out memory that work still queued on its stream was using.
     TFRING_RETURN_IF_ERROR(WaitForProducerStream(e));
   }
-  const GatherLayout layout = PlanGather(group, rs, layout_.size);
+  const GatherLayout layout = PlanGather(group, rs, layout_.rank, layout_.size);
   const std::string what = "NCCL allgather of '" + rs[0]->name + "'" +
                            (group.size() > 1 ? " and " + std::to_string(group.size() - 1) +
                                                    " fused tensors"
@@ -231,14 +225,12 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
     return Complete(what);
   }
   char *send, *recv;
-  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.bytes_per_rank[layout_.rank], &send));
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.send.total_bytes, &send));
   TFRING_RETURN_IF_ERROR(DeviceBuffer(1, layout.total_bytes, &recv));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
   for (size_t i = 0; i < group.size(); ++i) {
-    const int64_t n = rs[i]->first_dims[layout_.rank] * RowBytes(group[i]->request);
-    TFRING_RETURN_IF_ERROR(CopyAsync(send + offset, group[i]->input, n));
-    offset += n;
+    TFRING_RETURN_IF_ERROR(
+        CopyAsync(send + layout.send.offsets[i], group[i]->input, layout.send.bytes[i]));
   }
   Phase(group, "NCCL_ALLGATHER", args);
   TFRING_RETURN_IF_ERROR(GatherV(send, recv, layout.bytes_per_rank));
@@ -265,29 +257,22 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
     }
     return Complete("NCCL broadcast of '" + e.request.name + "'");
   }
-  int64_t total = 0;
-  for (Entry* e : group) total += TensorBytes(e->request);
+  const Packed packed = PlanPacked(group);
   char* buffer;
-  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, total, &buffer));
+  TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  int64_t offset = 0;
-  if (is_root) {
-    for (Entry* e : group) {
-      TFRING_RETURN_IF_ERROR(CopyAsync(buffer + offset, e->input, TensorBytes(e->request)));
-      offset += TensorBytes(e->request);
-    }
+  for (size_t i = 0; i < group.size() && is_root; ++i) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]));
   }
-  Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, total));
-  if (total > 0) {
-    TFRING_NCCL_LAUNCH(
-        ncclBroadcast(buffer, buffer, total, ncclUint8, r.root_rank, world_.comm, stream_),
-        &world_);
+  Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, packed.total_bytes));
+  if (packed.total_bytes > 0) {
+    TFRING_NCCL_LAUNCH(ncclBroadcast(buffer, buffer, packed.total_bytes, ncclUint8, r.root_rank,
+                                     world_.comm, stream_),
+                       &world_);
   }
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  offset = 0;
-  for (Entry* e : group) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(e->output, buffer + offset, TensorBytes(e->request)));
-    offset += TensorBytes(e->request);
+  for (size_t i = 0; i < group.size(); ++i) {
+    TFRING_RETURN_IF_ERROR(CopyAsync(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]));
   }
   return Complete("NCCL broadcast of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");

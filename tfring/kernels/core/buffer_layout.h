@@ -1,6 +1,9 @@
-// The layout of a (possibly fused) allgather, shared by the host and device executors.
+// Where the tensors of a fused group sit in the fusion buffers: one plan shared by the
+// host and device executors, so that they pack and unpack alike and differ only in how
+// they copy bytes (memcpy, or a copy on the GPU stream).
 //
-// Rank r's block of the gathered buffer holds rank r's rows of every tensor of the group,
+// Allreduce and broadcast: whole tensors, one after another, in group order.
+// Allgather: rank r's block of the gathered buffer holds rank r's rows of every tensor of the group,
 // tensor after tensor; output i needs its rows from every block, in rank order. A lone
 // tensor's block is its output's slice, so it needs no unpacking.
 #pragma once
@@ -13,6 +16,13 @@
 
 namespace tfring {
 
+struct Packed {
+  std::vector<int64_t> offsets;  // bytes: where group[i] starts in the buffer
+  std::vector<int64_t> bytes;    // group[i]'s bytes
+  int64_t total_bytes = 0;
+};
+Packed PlanPacked(const std::vector<Entry*>& group);
+
 struct GatherPiece {
   size_t tensor;         // index in the group
   int64_t from_offset;   // in the gathered buffer
@@ -23,12 +33,13 @@ struct GatherPiece {
 struct GatherLayout {
   std::vector<int64_t> bytes_per_rank;  // each rank's block
   int64_t total_bytes = 0;
+  Packed send;                          // this rank's block: its rows of each tensor
   std::vector<GatherPiece> pieces;      // gathered buffer -> outputs, for a fused group
 };
 
-// rs[i] is group[i]'s response. Call after the outputs' shapes are known.
+// rs[i] is group[i]'s response; `rank` is this rank's position in the set.
 GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
-                        int size);
+                        int rank, int size);
 
 // Alltoall of `e` (its response `r`): bytes this rank sends to and receives from each rank,
 // rows received from each, and the output's shape.

@@ -1,9 +1,19 @@
-#include "tfring/kernels/core/gather_layout.h"
+#include "tfring/kernels/core/buffer_layout.h"
 
 namespace tfring {
 
+Packed PlanPacked(const std::vector<Entry*>& group) {
+  Packed p;
+  for (const Entry* e : group) {
+    p.offsets.push_back(p.total_bytes);
+    p.bytes.push_back(TensorBytes(e->request));
+    p.total_bytes += p.bytes.back();
+  }
+  return p;
+}
+
 GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
-                        int size) {
+                        int rank, int size) {
   GatherLayout layout;
   layout.bytes_per_rank.assign(size, 0);
   std::vector<int64_t> to_offset(group.size(), 0);
@@ -18,6 +28,11 @@ GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<cons
     }
   }
   layout.total_bytes = from;
+  for (size_t i = 0; i < group.size(); ++i) {
+    layout.send.offsets.push_back(layout.send.total_bytes);
+    layout.send.bytes.push_back(rs[i]->first_dims[rank] * RowBytes(group[i]->request));
+    layout.send.total_bytes += layout.send.bytes.back();
+  }
   return layout;
 }
 
