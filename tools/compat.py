@@ -17,7 +17,7 @@ without GPUs) installed first, tfring installed once from the sdist and once str
 the checkout (`pip install <checkout>`).
 
 It prints one Markdown table (release, TensorFlow and Keras installed, build seconds, result)
-for README's "TensorFlow versions" section. Not part of `make test`: it downloads a
+for docs/tensorflow-versions.md. Not part of `make test`: it downloads a
 TensorFlow per row (set PIP_FIND_LINKS to a folder of wheels to reuse them) and takes about
 two to four minutes per row on 2 cores.
 """
