@@ -13,23 +13,12 @@
 namespace tfring {
 namespace {
 
-constexpr uint64_t kFlagNoNewRequests = 1;
 constexpr double kCachedWaitDemoteSeconds = 1.0;
 constexpr auto kHotSpin = std::chrono::microseconds(200);
 constexpr auto kMinBackoff = std::chrono::microseconds(10);
 // With entries pending but no progress (peers have not submitted them yet), cycles repeat
 // after at most this pause: short, because a peer that submits now waits for our next cycle.
 constexpr auto kMaxBackoff = std::chrono::microseconds(100);
-
-bool TestBit(const std::vector<uint64_t>& w, size_t base, int bit) {
-  return (w[base + bit / 64] >> (bit % 64)) & 1;
-}
-void SetBit(std::vector<uint64_t>* w, size_t base, int bit) {
-  (*w)[base + bit / 64] |= uint64_t{1} << (bit % 64);
-}
-void ClearBit(std::vector<uint64_t>* w, size_t base, int bit) {
-  (*w)[base + bit / 64] &= ~(uint64_t{1} << (bit % 64));
-}
 
 // Whether `rank` is in `process_set` (empty: all ranks). No allocation: runs per cache slot
 // per cycle.
@@ -298,40 +287,34 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (autotuner_ && !params_pending_) params_pending_ = autotuner_->TakeChange(&pending_params_);
   if (params_pending_) force_round = true;  // the setting travels in a negotiation round
 
-  // Step 2: one AND-allreduce of flags, ready bits, still-valid bits, and per rank a
-  // not-joined bit and a still-running bit (clear: that rank is shutting down).
+  // Step 2: one AND-allreduce of flags, ready and valid bits per cache slot, and per rank
+  // a not-joined and a still-running bit (cycle_bits.h).
   const int nbits = cache_.num_bits();
-  const size_t nwords = (nbits + 63) / 64, rank_words = (size_ + 63) / 64;
-  const size_t ready_base = 1, valid_base = 1 + nwords, joined_base = 1 + 2 * nwords;
-  const size_t running_base = joined_base + rank_words;
-  std::vector<uint64_t> words(running_base + rank_words, 0);
+  CycleBits bits(nbits, size_);
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutting_down = shutdown_requested_;
   }
-  if (send_order_.empty() && !force_round) words[0] |= kFlagNoNewRequests;
-  for (size_t i = 0; i < nwords; ++i) words[valid_base + i] = ~uint64_t{0};
-  for (size_t i = joined_base; i < words.size(); ++i) words[i] = ~uint64_t{0};
-  if (joined_) ClearBit(&words, joined_base, rank_);
-  if (shutting_down) ClearBit(&words, running_base, rank_);
-  for (int slot : invalidate) ClearBit(&words, valid_base, slot);
+  if (send_order_.empty() && !force_round) bits.SetNoNewRequests();
+  if (joined_) bits.MarkJoined(rank_);
+  if (shutting_down) bits.MarkStopping(rank_);
   for (const auto& kv : table_) {
-    if (kv.second.state == State::kCachedWaiting) SetBit(&words, ready_base, kv.second.slot);
+    if (kv.second.state == State::kCachedWaiting) bits.SetReady(kv.second.slot);
   }
   // Slots this rank never holds up: any, once joined; those of sets it is not in.
   for (int slot = 0; slot < nbits; ++slot) {
     if (cache_.used(slot) && (joined_ || !InSet(cache_.response(slot).process_set, rank_))) {
-      SetBit(&words, ready_base, slot);
+      bits.SetReady(slot);
     }
   }
-  for (int slot : invalidate) ClearBit(&words, ready_base, slot);
-  TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(&words));
+  for (int slot : invalidate) bits.Invalidate(slot);
+  TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(bits.words()));
 
   std::vector<bool> joined(size_);
   bool any_joined = false, all_joined = true;
   for (int r = 0; r < size_; ++r) {
-    joined[r] = !TestBit(words, joined_base, r);
+    joined[r] = bits.joined(r);
     any_joined = any_joined || joined[r];
     all_joined = all_joined && joined[r];
   }
@@ -339,7 +322,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
 
   std::vector<Response> execute;
   for (int slot = 0; slot < nbits; ++slot) {
-    if (!TestBit(words, valid_base, slot)) {
+    if (!bits.valid(slot)) {
       cache_.Erase(slot);
       *progress = true;
       for (auto& kv : table_) {
@@ -349,7 +332,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
           send_order_.push_back(kv.first);
         }
       }
-    } else if (TestBit(words, ready_base, slot)) {
+    } else if (bits.ready(slot)) {
       Response r = cache_.response(slot);
       if (any_joined) {
         const std::vector<int32_t> members = SetMembers(r.process_set, size_);
@@ -365,7 +348,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
 
   // Step 3: a negotiation round when any rank has new requests, or when who has joined
   // changed (tensors waiting for a rank that has now joined are complete).
-  if (!(words[0] & kFlagNoNewRequests) || joined_changed) {
+  if (!bits.no_new_requests() || joined_changed) {
     if (rank_ == 0) negotiator_.SetJoined(joined);
     TFRING_RETURN_IF_ERROR(Negotiate(&execute, stop));
     *progress = true;
@@ -395,7 +378,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (*stop) return Status::OK();
   std::vector<int32_t> stopping;
   for (int r = 0; r < size_; ++r) {
-    if (!TestBit(words, running_base, r)) stopping.push_back(r);
+    if (!bits.running(r)) stopping.push_back(r);
   }
   if (!stopping.empty()) {
     FailEverything(Status::Aborted(

@@ -11,10 +11,11 @@
 //  1. Take newly enqueued entries. A name already in flight fails at once. An entry whose
 //     name and signature are in the response cache waits on its cache bit; any other entry
 //     is a new request. A cached name arriving with another signature invalidates its slot.
-//  2. AND-allreduce one bit set: a flag word (bit 0: "I have no new requests", bit 1: "I am
-//     not shutting down"), then a "ready" bit per cache slot, then a "still valid" bit per
-//     slot. A slot ready on every rank is executed without rank 0. An invalidated slot is
-//     erased on every rank, and entries waiting on it become new requests.
+//  2. AND-allreduce one bit set (cycle_bits.h): a flag word ("I have no new requests"), a
+//     "ready" and a "still valid" bit per cache slot, and per rank a "not joined" and a
+//     "still running" bit. A slot ready on every rank is executed without rank 0. An
+//     invalidated slot is erased on every rank, and entries waiting on it become new
+//     requests. A rank that shuts down stops every rank, and the others' errors name it.
 //  3. If any rank has new requests, a negotiation round: every rank gathers its requests
 //     to rank 0; rank 0's Negotiator checks tensors every rank has submitted and
 //     broadcasts their Responses (or errors, or an abort after a stall); every rank adds
@@ -68,6 +69,7 @@
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"
+#include "tfring/kernels/core/cycle_bits.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
