@@ -42,7 +42,7 @@ test: build build-sanitized
 	$(PYTHON) tests/run_suite.py
 
 bench: build
-	$(VENV)/bin/mpirun -np 2 --bind-to core $(PYTHON) bench/allreduce.py
+	$(PYTHON) bench/allreduce.py
 
 bench-keras: build
 	$(PYTHON) bench/keras_fit.py

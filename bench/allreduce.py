@@ -1,148 +1,206 @@
-"""Allreduce benchmark: tfring eager ops against raw MPI (mpi4py) on the same buffers.
+"""Allreduce benchmark: tfring against raw MPI (mpi4py) on the same machine, in one run.
 
-    mpirun -np 2 --bind-to core python bench/allreduce.py [--max-mib 64] [--runs 1]
+    make bench          # or: .venv/bin/python bench/allreduce.py [--np 2] [--max-mib 64]
 
-Prints, per float32 size, the median time of one call, algbw and busbw (nccl-tests columns:
-busbw = algbw * 2(n-1)/n) and a #wrong count (elements that differ from the exact sum), for
-tfring and for mpi4py's Allreduce, with the ratio of their times; then one step of 100
-tensors of 16 KiB inside one tf.function against raw MPI as 100 calls and as one packed call.
+It runs five MPI jobs one after the other, each with `mpirun --bind-to core`:
+  - raw MPI alone (mpi4py, no TensorFlow) with Open MPI's default settings, the transport's
+    best ("MPI defaults"), before and after tfring's job (per figure the faster of the two:
+    this shared VM's speed drifts from minute to minute);
+  - tfring with its default settings, with raw MPI in the same processes ("MPI beside":
+    the MPI settings tfring runs with, `mpi_yield_when_idle=1`, see README, Settings). Its
+    calls are interleaved with tfring's, call by call, so the ratios against it are the
+    ones least disturbed by the machine's drift;
+  - raw MPI alone with `mpi_yield_when_idle=1` ("MPI yield"): what that setting costs MPI;
+  - the breakdown below, with rank 0's timeline on.
+Each figure is the slowest rank's median over calls started together (a barrier before
+each). Results are not read inside the timed call (`.numpy()` would add a copy).
 
-Two TensorFlow floors are printed beside them, because no TF op can beat them on the same
-machine: "TF op us", one eager tf.identity of the same tensor (TF's own per-op cost), and a
-tf.function that returns tf.identity of the same 100 tensors.
+It prints:
+  - per float32 size from 4 B: the time of one eager allreduce with `name=` and without
+    (what Horovod scripts write), both raw MPI figures, TensorFlow's own eager op
+    (`tf.identity` of the same tensor: the floor of any TF op), busbw (nccl-tests' bus
+    bandwidth, algbw * 2(n-1)/n), and tfring's busbw as a fraction of raw MPI's;
+  - one step inside a `tf.function` of n tensors of k KiB: separate unnamed ops (as a
+    training step has them), separate named ops, one `grouped_allreduce`, TF's floor (the
+    same function returning `tf.identity` of each), and raw MPI's n separate calls and one
+    packed call;
+  - how the step scales with the number of tensors (10, 100, 1000 of 4 KiB): a line fitted
+    through the three step times gives a fixed cost per step and a cost per tensor;
+  - where the time of one call goes (the last job, with rank 0's timeline on): a 4 B eager
+    allreduce named and unnamed, a 1 MiB one and a step of 100 x 16 KiB, split into
+    tfring's Python, the runtime's phases (SUBMIT, NEGOTIATE, QUEUE, copies, MPI) and what
+    lies outside them (TF's dispatch, the hand-off back to TF).
+Every result is checked against the exact sum (`#wrong` counts elements that differ).
 """
 
 import argparse
+import json
 import os
-import statistics
-import time
+import subprocess
+import sys
+import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfring  # noqa: E402
-
-tfring.init()  # initializes MPI with MPI_THREAD_MULTIPLE; mpi4py then reuses it
-from mpi4py import MPI  # noqa: E402
-
-comm = MPI.COMM_WORLD
-rank, size = comm.rank, comm.size
-EXPECTED = size * (size + 1) / 2  # rank r contributes r+1 everywhere
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_allreduce_worker.py")
+BIN = os.path.dirname(sys.executable)
 
 
-def timed(fn, iterations):
-    samples = []
-    for _ in range(iterations):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    # The slowest rank decides when a collective is done.
-    return comm.allreduce(statistics.median(samples), op=MPI.MAX)
+def run_job(mode, args, mpi_yield=None):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    if mode == "raw":
+        env.pop("OMPI_MCA_mpi_yield_when_idle", None)  # Open MPI's own default
+        if mpi_yield is not None:
+            env["OMPI_MCA_mpi_yield_when_idle"] = mpi_yield
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "result.json")
+        cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), "--bind-to", "core",
+               sys.executable, WORKER, mode, "--out", out, "--max-mib", str(args.max_mib)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {mode} job failed ({proc.returncode}):\n"
+                               f"{(proc.stdout + proc.stderr)[-4000:]}")
+        with open(out) as f:
+            return json.load(f)
 
 
-def iterations_for(nbytes):
-    return int(max(10, min(300, 4e8 / max(nbytes, 1) / 10)))
+def busbw(nbytes, seconds, size):
+    return nbytes / seconds / 1e9 * 2 * (size - 1) / size
 
 
-def sweep(max_bytes):
-    if rank == 0:
-        print(f"# {size} ranks, float32 Sum, median of each call; {tfring.mpi_version()}")
-        print(f"{'bytes':>10} | {'tfring us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
-              f"{'#wrong':>6} | {'MPI us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10} "
-              f"{'#wrong':>6} | {'MPI/tfring':>10} | {'TF op us':>8}")
-    nbytes = 4
-    while nbytes <= max_bytes:
-        count = nbytes // 4
-        send = np.full(count, rank + 1, dtype=np.float32)
-        recv = np.empty_like(send)
-        tensor = tf.constant(send)
-        name = f"bench.{nbytes}"
-        result = {}
-
-        def run_tfring():
-            result["t"] = tfring.allreduce(tensor, op=tfring.Sum, name=name)
-
-        def run_mpi():
-            comm.Allreduce(send, recv, op=MPI.SUM)
-
-        def run_identity():
-            tf.identity(tensor)
-
-        iters = iterations_for(nbytes)
-        for fn in (run_tfring, run_mpi, run_identity):
-            for _ in range(3):
-                fn()  # warm up: negotiation cache, allocations
-        t_ring = timed(run_tfring, iters)
-        t_mpi = timed(run_mpi, iters)
-        t_identity = timed(run_identity, iters)
-        wrong_ring = int(np.count_nonzero(result["t"].numpy() != EXPECTED))
-        wrong_mpi = int(np.count_nonzero(recv != EXPECTED))
-        wrong_ring = comm.allreduce(wrong_ring)
-        wrong_mpi = comm.allreduce(wrong_mpi)
-        if rank == 0:
-            factor = 2 * (size - 1) / size
-            row = [nbytes]
-            for t, wrong in ((t_ring, wrong_ring), (t_mpi, wrong_mpi)):
-                algbw = nbytes / t / 1e9
-                row += [t * 1e6, algbw, algbw * factor, wrong]
-            print(f"{row[0]:>10} | {row[1]:>10.1f} {row[2]:>10.3f} {row[3]:>10.3f} {row[4]:>6} | "
-                  f"{row[5]:>10.1f} {row[6]:>10.3f} {row[7]:>10.3f} {row[8]:>6} | "
-                  f"{t_mpi / t_ring:>10.2f} | {t_identity * 1e6:>8.1f}", flush=True)
-        nbytes *= 4 if nbytes < 1 << 20 else 2
-
-
-def fusion_step(tensors=100, kib=16):
-    count = kib * 1024 // 4
-    inputs = [tf.constant(np.full(count, rank + 1, dtype=np.float32)) for _ in range(tensors)]
-
-    @tf.function
-    def step():
-        return [tfring.allreduce(x, op=tfring.Sum, name=f"step.{i}") for i, x in enumerate(inputs)]
-
-    @tf.function
-    def identity_step():
-        return [tf.identity(x) for x in inputs]
-
-    sends = [np.full(count, rank + 1, dtype=np.float32) for _ in range(tensors)]
-    recvs = [np.empty_like(s) for s in sends]
-    packed_send = np.concatenate(sends)
-    packed_recv = np.empty_like(packed_send)
+def best_of(runs, section):
+    """Per row and figure, the fastest of the raw-MPI runs (run before and after tfring's:
+    the machine's speed drifts between sittings)."""
     out = {}
+    for key in runs[0][section]:
+        rows = [r[section][key] for r in runs]
+        out[key] = {f: (max(r[f] for r in rows) if f == "wrong" else min(r[f] for r in rows))
+                    for f in rows[0]}
+    return out
 
-    def run_tfring():
-        out["r"] = step()
 
-    def separate():
-        for s, r in zip(sends, recvs):
-            comm.Allreduce(s, r, op=MPI.SUM)
+def table(header, rows):
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
 
-    def packed():
-        comm.Allreduce(packed_send, packed_recv, op=MPI.SUM)
 
-    for fn in (run_tfring, separate, packed, identity_step):
-        for _ in range(5):
-            fn()
-    t_ring, t_sep, t_packed, t_identity = (
-        timed(fn, 100) for fn in (run_tfring, separate, packed, identity_step))
-    wrong = comm.allreduce(sum(int(np.count_nonzero(t.numpy() != EXPECTED)) for t in out["r"]))
-    if rank == 0:
-        print(f"\n# one step of {tensors} x {kib} KiB float32 allreduces (median step time)")
-        print(f"tfring, inside one tf.function:  {t_ring * 1e3:8.3f} ms   #wrong {wrong}")
-        print(f"raw MPI, {tensors} separate calls:    {t_sep * 1e3:8.3f} ms")
-        print(f"raw MPI, one packed call:        {t_packed * 1e3:8.3f} ms")
-        print(f"TF floor, tf.identity of each:   {t_identity * 1e3:8.3f} ms")
+def print_sweep(raw, ring, yielding):
+    size = ring["size"]
+    defaults = best_of(raw, "raw_sweep")
+    alone = yielding["raw_sweep"]
+    print(f"# {size} ranks bound to cores, float32 Sum, eager, median per call (us); "
+          f"{ring['mpi_version']}")
+    print("# 'MPI beside': mpi4py in tfring's processes, interleaved with tfring's calls "
+          "(the MPI settings tfring runs with); 'MPI defaults': mpi4py alone with Open MPI's "
+          "defaults, best of a run before and one after; 'MPI yield': mpi4py alone with "
+          "mpi_yield_when_idle=1, tfring's setting")
+    rows = []
+    for key, row in ring["tfring_sweep"].items():
+        nbytes = int(key)
+        best = defaults[key]["s"]
+        bw = [busbw(nbytes, t, size) for t in (row["named"], row["unnamed"], row["mpi"], best)]
+        rows.append([nbytes] + [f"{t * 1e6:.1f}" for t in (
+            row["named"], row["unnamed"], row["mpi"], best, alone[key]["s"], row["tf_op"])] +
+            [f"{b:.3f}" for b in bw] +
+            [f"{row['mpi'] / row['named']:.2f}", f"{row['mpi'] / row['unnamed']:.2f}",
+             f"{best / row['named']:.2f}",
+             row["wrong"] + defaults[key]["wrong"] + alone[key]["wrong"]])
+    table(["bytes", "named", "unnamed", "MPI beside", "MPI defaults", "MPI yield", "TF op",
+           "busbw named", "busbw unnamed", "busbw MPI beside", "busbw MPI defaults",
+           "named/beside", "unnamed/beside", "named/defaults", "#wrong"], rows)
+
+
+def fit_line(points):
+    """Least squares a + b x through (x, y) points: (a, b)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    b = (sum((x - mx) * (y - my) for x, y in points) /
+         sum((x - mx) ** 2 for x, _ in points))
+    return my - b * mx, b
+
+
+def print_steps(raw, ring):
+    defaults = best_of(raw, "raw_steps")
+    print("\n# one step inside a tf.function: n tensors of k KiB float32 (median step, ms)")
+    rows = []
+    for key, row in ring["tfring_steps"].items():
+        n, kib = key.split("x")
+        rows.append([f"{n} x {kib} KiB"] + [f"{t * 1e3:.3f}" for t in (
+            row["unnamed"], row["named"], row["grouped"], row["tf_floor"], row["mpi_separate"],
+            row["mpi_packed"], defaults[key]["mpi_separate"], defaults[key]["mpi_packed"])] +
+            [row["wrong"] + defaults[key]["wrong"]])
+    table(["step", "unnamed ops", "named ops", "grouped", "TF floor", "MPI separate beside",
+           "MPI packed beside", "MPI separate defaults", "MPI packed defaults", "#wrong"], rows)
+    scaling = [k for k in ring["tfring_steps"] if k.endswith("x4")]
+    if len(scaling) < 2:
+        return
+    print("\n# fixed cost per step and cost per tensor: a line through the steps of 4 KiB "
+          "tensors")
+    steps = ring["tfring_steps"]
+    series = {
+        "tfring, unnamed ops": [steps[k]["unnamed"] for k in scaling],
+        "tfring, named ops": [steps[k]["named"] for k in scaling],
+        "tfring, grouped": [steps[k]["grouped"] for k in scaling],
+        "TF floor": [steps[k]["tf_floor"] for k in scaling],
+        "MPI separate calls, beside": [steps[k]["mpi_separate"] for k in scaling],
+        "MPI separate calls, defaults": [defaults[k]["mpi_separate"] for k in scaling],
+    }
+    counts = [int(k.split("x")[0]) for k in scaling]
+    rows = []
+    for what, times in series.items():
+        a, b = fit_line(list(zip(counts, times)))
+        rows.append([what, f"{a * 1e6:.0f}", f"{b * 1e6:.1f}"])
+    table(["what", "fixed us", "per tensor us"], rows)
+
+
+def print_breakdown(result):
+    print("\n# where the time of one call goes (us; phases: mean per tensor, from rank 0's "
+          "timeline, on for this job only)")
+    rows = []
+    phase_names = ["SUBMIT", "NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE",
+                   "MEMCPY_OUT_FUSION_BUFFER"]
+    for case, row in result["breakdown"].items():
+        phases = row["phases"]
+        inside = sum(phases.get(p, 0.0) for p in phase_names)
+        raw = row.get("raw op")
+        cells = [case, row.get("tensors per call", 1), f"{row['call']:.1f}",
+                 f"{row['TF op']:.1f}" if "TF op" in row else "",
+                 f"{row['call'] - raw:.1f}" if raw else "",
+                 f"{raw:.1f}" if raw else ""]
+        cells += [f"{phases.get(p, 0.0):.1f}" for p in phase_names]
+        cells.append(f"{raw - inside:.1f}" if raw else "")
+        rows.append(cells)
+    table(["case", "tensors", "call", "TF op", "tfring's Python", "raw op", "SUBMIT",
+           "NEGOTIATE", "QUEUE", "copy in", "MPI", "copy out", "raw op outside the phases"],
+          rows)
+    print("# tfring's Python: the call minus the raw op (its generated wrapper called "
+          "directly); outside the phases: TF's dispatch before the kernel starts and the "
+          "hand-off back to TF after the op is done")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--max-mib", type=float, default=64)
+    parser.add_argument("--json", help="also write both jobs' figures here")
     args = parser.parse_args()
-    sweep(int(args.max_mib * (1 << 20)))
-    fusion_step()
+    raw = [run_job("raw", args)]
+    ring = run_job("tfring", args)
+    raw.append(run_job("raw", args))
+    yielding = run_job("raw", args, mpi_yield="1")
+    parts = run_job("breakdown", args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"raw": raw, "tfring": ring, "raw_yield": yielding, "breakdown": parts},
+                      f, indent=1)
+    print_sweep(raw, ring, yielding)
+    print_steps(raw, ring)
+    print_breakdown(parts)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

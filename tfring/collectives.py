@@ -73,6 +73,15 @@ def _run_op(op, naming_, *args, **attrs):
     return out
 
 
+def _as_tensor(value):
+    """`value` as a tensor. Eagerly, a tensor is returned as it is: tf.convert_to_tensor
+    would do the same, at a cost that is a sizeable part of a small eager collective. In a
+    graph it converts (an eager tensor used there becomes a captured input)."""
+    if isinstance(value, tf.Tensor) and tf.executing_eagerly():
+        return value
+    return tf.convert_to_tensor(value)
+
+
 def _device(device):
     """Horovod's device_dense / device_sparse: where the op is placed ('' leaves it to TF)."""
     return tf.device(device) if device else contextlib.nullcontext()
@@ -147,7 +156,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         with _device(device_sparse):
             return _allreduce_indexed_slices(tensor, op, name, process_set, ignore_name_scope)
     with _device(device_dense):
-        tensor = tf.convert_to_tensor(tensor)
+        tensor = _as_tensor(tensor)
         sent, ctx = compression.compress(tensor)
         if op == Adasum:
             _adasum.check_supported([sent], "allreduce", name or "unnamed allreduce")
@@ -195,7 +204,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         return []
     if op == Adasum:
         with _device(device_dense):
-            tensors = [t if isinstance(t, tf.IndexedSlices) else tf.convert_to_tensor(t)
+            tensors = [t if isinstance(t, tf.IndexedSlices) else _as_tensor(t)
                        for t in tensors]
             _adasum.check_supported(tensors, "grouped_allreduce", name or "unnamed group")
             compressed = [compression.compress(t) for t in tensors]
@@ -210,7 +219,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                           ignore_name_scope=ignore_name_scope)
                 for i, t in enumerate(tensors)]
     with _device(device_dense):
-        compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+        compressed = [compression.compress(_as_tensor(t)) for t in tensors]
         sent = [c[0] for c in compressed]
         naming_ = naming.op_naming("grouped_allreduce", name, sent, ignore_name_scope)
         for i, t in enumerate(sent):
@@ -237,7 +246,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     Returns:
         A tensor whose first dimension is the sum of every rank's.
     """
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     naming_ = naming.op_naming("allgather", name, tensor, ignore_name_scope)
     _check_dtype(tensor, _GATHERABLE, "allgather", naming_.display)
     _check_not_scalar(tensor, "allgather", naming_.display)
@@ -252,7 +261,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
 
     Args and Returns: as `allgather`, for each tensor of the list (dtypes may differ).
     """
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         return []
     naming_ = naming.op_naming("grouped_allgather", name, tensors, ignore_name_scope)
@@ -282,7 +291,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         raise NotImplementedError("reducescatter does not support op=Adasum (Horovod neither); "
                                   "use Average, Sum, Min, Max or Product.")
     with _device(device_dense):
-        tensor = tf.convert_to_tensor(tensor)
+        tensor = _as_tensor(tensor)
         sent, ctx = compression.compress(tensor)
         naming_ = naming.op_naming("reducescatter", name, sent, ignore_name_scope)
         _check_dtype(sent, _REDUCIBLE, "reducescatter", naming_.display)
@@ -328,7 +337,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         tf.errors.InvalidArgumentError: splits that do not fit the tensor or the set, or
             rows that do not divide evenly when splits is None.
     """
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     splits_given = splits is not None
     if splits is None:
         if tensor.shape.rank and tensor.shape[0] is not None and runtime.is_initialized() and \
@@ -389,7 +398,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """Returns root_rank's value of `tensor` on every rank (of the process set; root_rank is
     a global rank, a member of the set)."""
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     naming_ = naming.op_naming("broadcast", name, tensor, ignore_name_scope)
     _check_dtype(tensor, _GATHERABLE, "broadcast", naming_.display)
     _check_root(root_rank, process_set)

@@ -3,8 +3,9 @@ went:
 
     python -m tfring.timeline summary timeline.json [--top N]
 
-prints, per tensor, the total time and count of each phase (NEGOTIATE, QUEUE,
-MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...), largest first, then the totals per phase.
+prints, per tensor, the total time and count of each phase (SUBMIT, NEGOTIATE, QUEUE,
+MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...), largest first, then the totals per phase
+with the mean time of one (what one op spends in each phase: README, Benchmarks).
 
 A timeline of a job that was killed lacks its closing bracket, or ends mid-line: `load`
 repairs that (drops the torn last event, closes the array), so every timeline is readable.
@@ -39,14 +40,19 @@ def load(path):
 
 
 def phase_totals(events):
-    """{tensor: {phase: [total_us, count]}} from the B/E pairs of each tensor's row."""
+    """{tensor: {phase: [total_us, count]}} from the B/E pairs of each tensor's row and its
+    complete ("X") events."""
     names = {e["tid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     open_phase = {}
     totals = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))
     for e in events:
         ph, tid = e.get("ph"), e.get("tid")
-        if ph == "B":
+        if ph == "X":
+            cell = totals[names.get(tid, str(tid))][e["name"]]
+            cell[0] += e["dur"]
+            cell[1] += 1
+        elif ph == "B":
             open_phase[tid] = (e["name"], e["ts"])
         elif ph == "E" and tid in open_phase:
             name, start = open_phase.pop(tid)
@@ -72,9 +78,10 @@ def summary(events, top=None, out=sys.stdout):
         parts = ", ".join(f"{p} {t / 1000:.3f} ({n})"
                           for p, (t, n) in sorted(phases.items(), key=lambda kv: -kv[1][0]))
         print(f"{tensor}: {total / 1000:.3f} ms: {parts}", file=out)
-    print("all tensors:", file=out)
+    print("all tensors: phase, total ms, count, mean us", file=out)
     for phase, (t, n) in sorted(by_phase.items(), key=lambda kv: -kv[1][0]):
-        print(f"  {phase:<28} {t / 1000:10.3f} ms  {n:8d}", file=out)
+        print(f"  {phase:<28} {t / 1000:10.3f} ms  {n:8d}  {t / max(n, 1):10.1f} us",
+              file=out)
     return totals
 
 

@@ -55,8 +55,22 @@ def test_timeline_records_every_phase_and_fusion_groups(tmp_path, rank, size):
         ts = [e["ts"] for e in row]
         assert ts == sorted(ts), name
     assert any(e.get("name") == "CYCLE" and e["ph"] == "i" for e in events)
+    # SUBMIT: from the kernel's start until the runtime's cycle took the tensor, just
+    # before its NEGOTIATE phase began.
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    submits = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            assert e["name"] == "SUBMIT" and e["dur"] >= 0, e
+            submits[names[e["tid"]]].append(e)
+    for name in ("tl.grouped.0", "tl.grouped.2", "tl.gather", "tl.bcast"):
+        negotiate = [e["ts"] for e in rows[name] if e.get("name") == "NEGOTIATE"]
+        assert len(submits[name]) == len(negotiate), name
+        for submit, begin in zip(submits[name], negotiate):
+            assert submit["ts"] + submit["dur"] <= begin, (name, submit, begin)
     totals = timeline.phase_totals(events)
     assert totals["tl.grouped.0"]["MPI_ALLREDUCE"][1] == 2
+    assert totals["tl.grouped.0"]["SUBMIT"][1] == 2
 
 
 def test_timeline_errors_are_clear(tmp_path, rank):

@@ -112,23 +112,38 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
 }
 
 void Coordinator::Enqueue(Entry entry) {
-  const std::string problem = PrepareEntry(&entry);
-  if (!problem.empty()) {
-    entry.done(Status::InvalidArgument(problem));
-    return;
+  std::vector<Entry> one;
+  one.push_back(std::move(entry));
+  EnqueueAll(std::move(one));
+}
+
+void Coordinator::EnqueueAll(std::vector<Entry> entries) {
+  std::vector<Entry> ok;
+  ok.reserve(entries.size());
+  for (Entry& e : entries) {
+    const std::string problem = PrepareEntry(&e);
+    if (problem.empty()) {
+      ok.push_back(std::move(e));
+    } else {
+      e.done(Status::InvalidArgument(problem));
+    }
   }
+  if (ok.empty()) return;
   std::unique_lock<std::mutex> lock(mutex_);
   if (!accepting_) {
     Status s = stopped_status_.ok()
                    ? Status::FailedPrecondition("tfring is not running (call tfring.init() first)")
                    : stopped_status_;
     lock.unlock();
-    entry.done(s);
+    for (Entry& e : ok) e.done(s);
     return;
   }
-  if (!entry.eager) graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
-  queue_.push_back(std::move(entry));
-  queued_.fetch_add(1, std::memory_order_release);
+  // The cycle waits for a burst of graph ops to end (WaitForBurstToEnd). The entries of one
+  // op with several tensors (a grouped op) arrive here together and complete, so they
+  // count as no burst: the cycle takes them at once, all in the same cycle.
+  if (ok.size() == 1 && !ok[0].eager) graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
+  for (Entry& e : ok) queue_.push_back(std::move(e));
+  queued_.fetch_add(static_cast<int>(ok.size()), std::memory_order_release);
   lock.unlock();
   wake_.notify_one();
 }
@@ -264,6 +279,7 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       if (slot >= 0) invalidate->push_back(slot);
       send_order_.push_back(name);
     }
+    timeline_.Submitted(name, p.entry.created);
     table_.emplace(name, std::move(p));
     timeline_.Phase(name, "NEGOTIATE");
   }

@@ -31,7 +31,8 @@
 // Ops from a graph (tf.function, TF1) reach the runtime one by one as TF's executor runs
 // them; when such an op arrives the thread first waits until no more have come for
 // TFRING_BATCH_GAP_US (at most the cycle time), so that a step's tensors travel fused
-// instead of one cycle each. Eager ops skip that wait: their caller waits for them alone.
+// instead of one cycle each. Eager ops skip that wait: their caller waits for them alone;
+// so do the tensors of one grouped op, which arrive together (EnqueueAll) and complete.
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
@@ -107,6 +108,9 @@ class Coordinator {
   void Start();
   // Thread-safe. If the coordinator is not running, calls entry.done(error) right away.
   void Enqueue(Entry entry);
+  // The tensors of one op, queued together: the cycle takes them all at once. A graph op's
+  // several tensors (a grouped op) start without waiting for the burst to end.
+  void EnqueueAll(std::vector<Entry> entries);
   // Asks every rank to stop at the next cycle, fails this rank's pending entries, and waits
   // for the background thread to end. Idempotent.
   void Shutdown();

@@ -3,6 +3,7 @@
 // plain vectors.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct Entry {
   // once. Ops from graphs (tf.function, TF1) come in bursts, and the runtime waits for the
   // burst to end (TFRING_BATCH_GAP_US) so that its tensors are fused.
   bool eager = false;
+  // When the entry was made: for a TF op, when its kernel started (ComputeAsync makes its
+  // entries first). The timeline's SUBMIT phase runs from here until the cycle takes it.
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   // Called exactly once, on the background thread (or on the caller's thread when the op
   // fails before it is queued).
   std::function<void(const Status&)> done;

@@ -1,5 +1,6 @@
 #include "tfring/kernels/core/timeline.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -88,6 +89,19 @@ void Timeline::EndLocked(const std::string& tensor, int64_t ts) {
   Write(R"({"ph": "E", "pid": 0, "tid": )" + std::to_string(RowOf(tensor)) +
         ", \"ts\": " + std::to_string(ts) + "}");
   open_[tensor] = false;
+}
+
+void Timeline::Submitted(const std::string& tensor, std::chrono::steady_clock::time_point since) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) return;
+  const int64_t now = NowMicros();
+  const int64_t at = std::chrono::duration_cast<std::chrono::microseconds>(
+                         since.time_since_epoch()).count() - start_us_;
+  // An entry made before the timeline started begins with it.
+  const int64_t ts = std::max<int64_t>(0, std::min(at, now));
+  Write(R"({"name": "SUBMIT", "ph": "X", "pid": 0, "tid": )" + std::to_string(RowOf(tensor)) +
+        ", \"ts\": " + std::to_string(ts) + ", \"dur\": " + std::to_string(now - ts) + "}");
 }
 
 void Timeline::Phase(const std::string& tensor, const std::string& phase,

@@ -2,7 +2,8 @@
 // through, written by rank 0 (TFRING_TIMELINE=path, or tfring.start_timeline).
 //
 // Each tensor is a row (a "thread" named after it); its phases follow one another on that
-// row: NEGOTIATE (from when the background thread took it until every rank had it), QUEUE
+// row: SUBMIT (from when its op's kernel started until the background thread took it),
+// NEGOTIATE (from when the background thread took it until every rank had it), QUEUE
 // (until its fusion group started), then the executor's: WAIT_FOR_DATA (GPU tensors staged
 // through the host), MEMCPY_IN_FUSION_BUFFER, the backend call (MPI_ALLREDUCE,
 // NCCL_ALLGATHER, ...; its args name the fusion group, how many tensors and bytes it held),
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -37,6 +39,10 @@ class Timeline {
   void Stop();
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
+  // The tensor's SUBMIT phase, from `since` (its op's kernel started: Entry::created) until
+  // now (the cycle took it): the kernel's checks and allocations, the hand-off to the
+  // runtime's thread, and the wait for the cycle (a burst of graph ops, a cycle running).
+  void Submitted(const std::string& tensor, std::chrono::steady_clock::time_point since);
   // Ends the tensor's current phase (if any) and begins `phase`.
   void Phase(const std::string& tensor, const std::string& phase, const std::string& args = "");
   // The same phase for every tensor of a fusion group; `args` (a JSON object's members)

@@ -262,17 +262,25 @@ void GlobalRuntime::StopTimeline() {
 }
 
 void GlobalRuntime::Enqueue(Entry entry) {
+  std::vector<Entry> one;
+  one.push_back(std::move(entry));
+  EnqueueAll(std::move(one));
+}
+
+void GlobalRuntime::EnqueueAll(std::vector<Entry> entries) {
   std::shared_ptr<Coordinator> coordinator;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     coordinator = coordinator_;
   }
   if (!coordinator) {
-    entry.done(Status::FailedPrecondition("tfring has not been initialized: call tfring.init() "
-                                          "before running '" + entry.request.name + "'"));
+    for (Entry& e : entries) {
+      e.done(Status::FailedPrecondition("tfring has not been initialized: call tfring.init() "
+                                        "before running '" + e.request.name + "'"));
+    }
     return;
   }
-  coordinator->Enqueue(std::move(entry));
+  coordinator->EnqueueAll(std::move(entries));
 }
 
 std::string GlobalRuntime::NextUnnamedName(const std::vector<int32_t>& process_set) {

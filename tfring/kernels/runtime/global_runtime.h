@@ -38,6 +38,8 @@ class GlobalRuntime {
 
   // Queues `entry`, or fails it at once when the runtime is not initialized.
   void Enqueue(Entry entry);
+  // The tensors of one op, queued together (Coordinator::EnqueueAll).
+  void EnqueueAll(std::vector<Entry> entries);
 
   // The name of this process's next unnamed eager call in `process_set` ("unnamed.<n>",
   // n counting such calls in that set since init: core/unnamed_names.h). Ranks that make

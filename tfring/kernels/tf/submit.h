@@ -56,18 +56,26 @@ bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
   return true;
 }
 
-// Hands `e` (its done callback set) to the runtime. A kernel on a GPU first ties the entry
-// to TensorFlow's stream (tf/gpu/gpu_entry.h), so the runtime reads the input only once
-// its producer has written it.
+// Hands `entries` (their done callbacks set) to the runtime, together. A kernel on a GPU
+// first ties each entry to TensorFlow's stream (tf/gpu/gpu_entry.h), so the runtime reads
+// the input only once its producer has written it.
 template <bool kOnGpu>
-void Submit(OpKernelContext* ctx, Entry e) {
+void Submit(OpKernelContext* ctx, std::vector<Entry> entries) {
 #if TFRING_WITH_NCCL
   if (kOnGpu) {
-    const Status s = AttachToGpuStream(ctx, &e);
-    if (!s.ok()) return e.done(s);
+    std::vector<Entry> attached;
+    for (Entry& e : entries) {
+      const Status s = AttachToGpuStream(ctx, &e);
+      if (s.ok()) {
+        attached.push_back(std::move(e));
+      } else {
+        e.done(s);
+      }
+    }
+    entries.swap(attached);
   }
 #endif
-  GlobalRuntime::Get().Enqueue(std::move(e));
+  GlobalRuntime::Get().EnqueueAll(std::move(entries));
 }
 
 // An op's process set (its "process_set" attribute: the members' ranks, ascending; empty
@@ -147,8 +155,8 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
   for (Entry& e : entries) {
     e.eager = eager;
     e.done = KernelCompletion::EntryCallback(completion);
-    Submit<kOnGpu>(ctx, std::move(e));
   }
+  Submit<kOnGpu>(ctx, std::move(entries));
   completion->WaitInline();
 }
 

@@ -1,0 +1,71 @@
+// When the cycle starts on ops from a graph (coordinator.h): a lone graph op waits until no
+// more have come for TFRING_BATCH_GAP_US, so that a step's tensors are fused; the tensors
+// of one grouped op arrive together (Coordinator::EnqueueAll) and start at once, in one
+// cycle. Ranks as threads, at sizes 2 and 3.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/inproc_job.h"
+#include "tests/cpp/test_harness.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+constexpr int kSizes[] = {2, 3};
+constexpr double kGapSeconds = 2.0;
+
+// A batch gap far longer than any cycle, so that waiting for it shows.
+Options LongGap() {
+  Options o = TestOptions();
+  o.batch_gap_us = kGapSeconds * 1e6;
+  o.cycle_time_ms = kGapSeconds * 1e3;
+  return o;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TFRING_TEST(BurstInproc, AGroupedOpStartsAtOnceWithAllItsTensors) {
+  for (int size : kSizes) {
+    InprocJob job(size, LongGap());
+    job.OnEveryRank([&](int rank) {
+      std::vector<Entry> group;
+      const EnqueueFn collect = [&group](Entry e) { group.push_back(std::move(e)); };
+      std::vector<OpPtr> ops;
+      for (int i = 0; i < 3; ++i) {
+        ops.push_back(SubmitAllreduce(collect, "group." + std::to_string(i), DataType::kFloat32,
+                                      {4}, TestValues(DataType::kFloat32, rank, 4, i),
+                                      ReduceOp::kSum));
+      }
+      for (const Entry& e : group) EXPECT_FALSE(e.eager) << "a graph op's tensors";
+      const auto start = std::chrono::steady_clock::now();
+      job.rank(rank)->EnqueueAll(std::move(group));
+      for (int i = 0; i < 3; ++i) ExpectAllreduced(ops[i], ReduceOp::kSum, size, i);
+      EXPECT_TRUE(SecondsSince(start) < kGapSeconds / 2)
+          << "the group waited for the batch gap: " << SecondsSince(start) << " s";
+    });
+  }
+}
+
+TFRING_TEST(BurstInproc, ALoneGraphOpWaitsForTheBurstToEnd) {
+  for (int size : kSizes) {
+    InprocJob job(size, LongGap());
+    job.OnEveryRank([&](int rank) {
+      const auto start = std::chrono::steady_clock::now();
+      OpPtr op = SubmitAllreduce(job.rank(rank), "lone", DataType::kFloat32, {4},
+                                 TestValues(DataType::kFloat32, rank, 4), ReduceOp::kSum);
+      EXPECT_TRUE(WaitFor(op, 4 * kGapSeconds).ok());
+      ExpectAllreduced(op, ReduceOp::kSum, size, 0);
+      EXPECT_TRUE(SecondsSince(start) >= kGapSeconds * 0.9)
+          << "a graph op started before the burst could end: " << SecondsSince(start) << " s";
+    });
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring
