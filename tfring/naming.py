@@ -19,7 +19,8 @@ tfring pairs the tensors of different ranks by name. Where a name comes from:
   (a bad argument on one rank) takes no number, so it shifts nothing. The op carries the
   caller's file and line instead of a name: its attributes stay the same from call to call
   (TensorFlow reuses its kernel), and when ranks' calls drift apart, the error says which
-  call each rank made.
+  call each rank made. The runtime caches such calls' negotiation by call site, so a
+  training loop's unnamed calls cost what named ones do.
 """
 
 import collections

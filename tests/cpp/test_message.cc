@@ -59,6 +59,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   b.root_rank = 1;
   b.cacheable = true;
   b.error = "Mismatched shapes for tensor 'b': rank 0 sent [2], rank 1 sent [3]";
+  a.call_site = "train.py:42";
   a.shape = {3, 4};
   a.process_set = {1, 3};
   a.joined = {3};
@@ -72,7 +73,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
     const Response& y = out.responses[i];
     EXPECT_TRUE(static_cast<const Signature&>(x) == y) << "response " << i;
     EXPECT_TRUE(x.first_dims == y.first_dims && x.all_splits == y.all_splits &&
-                x.joined == y.joined && x.error == y.error)
+                x.joined == y.joined && x.error == y.error && x.call_site == y.call_site)
         << "response " << i;
   }
 }
@@ -102,7 +103,7 @@ TFRING_TEST(Message, VersionEnumsAndCountsAreChecked) {
   std::vector<Request> out;
   const Status old = DecodeRequests(With(requests, 0, 7), 4, &out);
   EXPECT_CONTAINS(old.message(), "from rank 4");
-  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 1");
+  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 2");
   // The first request's kind byte: after the version (1), the count (4), the name's length
   // (4) and the name.
   const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].name.size();
@@ -182,6 +183,25 @@ TFRING_TEST(Message, AResponseCarriesItsRequestsSignature) {
     EXPECT_TRUE(back.SameSignature(q)) << "'" << q.name << "'";
     EXPECT_EQ(back.call_site, std::string()) << "the call site is not part of the signature";
   }
+}
+
+TFRING_TEST(Message, OnlyLoneUnnamedEagerCallsAreCachedByCallSite) {
+  Request q;
+  q.name = "unnamed.12";
+  q.call_site = "train.py:42";
+  EXPECT_TRUE(CachedByCallSite(q));
+  q.name = TensorKey("unnamed.12", {0, 2});
+  EXPECT_TRUE(CachedByCallSite(q)) << "in a process set too";
+  q.name = "unnamed.12.1";
+  EXPECT_FALSE(CachedByCallSite(q)) << "a grouped call's tensors share their call site";
+  q.name = "unnamed.";
+  EXPECT_FALSE(CachedByCallSite(q));
+  q.name = "unnamed.12";
+  q.call_site = "";
+  EXPECT_FALSE(CachedByCallSite(q)) << "a user's own name that looks like one";
+  EXPECT_EQ(UnnamedCacheKey("train.py:42", {}), std::string("unnamed@train.py:42"));
+  EXPECT_EQ(UnnamedCacheKey("train.py:42", {1, 2}),
+            std::string("unnamed@train.py:42 [process set 1, 2]"));
 }
 
 TFRING_TEST(Message, TensorKeysTellProcessSetsApart) {

@@ -271,6 +271,25 @@ Request Unnamed(int64_t n, const std::string& site) {
   return r;
 }
 
+TFRING_TEST(Negotiator, UnnamedCallsAtOneLineAreCachedByThatLine) {
+  Request a = Unnamed(3, "train.py:7");
+  a.cacheable = false;  // as the Python wrapper sends it: the name never recurs
+  Response r = NegotiateOne({a, a});
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_TRUE(r.cacheable);
+  EXPECT_EQ(r.call_site, std::string("train.py:7")) << "cached under the line, not the name";
+  Request b = Unnamed(3, "train.py:9");
+  r = NegotiateOne({a, b});
+  EXPECT_TRUE(r.ok()) << "ranks that call from different lines still pair, in order";
+  EXPECT_FALSE(r.cacheable) << "but no line is theirs to cache it under";
+  EXPECT_EQ(r.call_site, std::string());
+  Request grouped = Allreduce("unnamed.4.1");
+  grouped.call_site = "train.py:7";
+  grouped.cacheable = false;
+  EXPECT_FALSE(NegotiateOne({grouped, grouped}).cacheable)
+      << "a grouped call's tensors share one line";
+}
+
 TFRING_TEST(Negotiator, RanksWaitingOnEachOthersMissingCallsFailBothCalls) {
   // Rank 0 made an extra unnamed call; rank 1 went on to a named one. Each waits in a call
   // the other has not made.

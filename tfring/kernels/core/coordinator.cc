@@ -271,17 +271,17 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       continue;
     }
     Pending p{std::move(e), State::kToSend, -1, now};
-    const int slot = cache_.Find(name);
-    if (slot >= 0 && cache_.signature(slot).SameSignature(p.entry.request)) {
+    std::string key = name;
+    const int slot = CachedSlotFor(&p, &key, invalidate);
+    if (slot >= 0) {
       p.state = State::kCachedWaiting;
       p.slot = slot;
     } else {
-      if (slot >= 0) invalidate->push_back(slot);
-      send_order_.push_back(name);
+      send_order_.push_back(key);
     }
-    timeline_.Submitted(name, p.entry.created);
-    table_.emplace(name, std::move(p));
-    timeline_.Phase(name, "NEGOTIATE");
+    timeline_.Submitted(key, p.entry.created);
+    table_.emplace(key, std::move(p));
+    timeline_.Phase(key, "NEGOTIATE");
   }
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
@@ -292,6 +292,54 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       invalidate->push_back(p.slot);
     }
   }
+}
+
+int Coordinator::CachedSlotFor(Pending* p, std::string* key, std::vector<int>* invalidate) {
+  Request& q = p->entry.request;
+  if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
+    const int slot = cache_.Find(q.name);
+    if (slot >= 0 && cache_.signature(slot).SameSignature(q)) return slot;
+    if (slot >= 0) invalidate->push_back(slot);  // the name came with another signature
+    return -1;
+  }
+  // An unnamed eager call: ranks pair these in the order they make them, and give them
+  // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
+  // earlier call from the same site is in flight here, this one is negotiated.
+  const std::string site = UnnamedCacheKey(q.call_site, q.process_set);
+  const int slot = table_.count(site) ? -1 : cache_.Find(site);
+  if (slot < 0) return -1;
+  Request probe = q;
+  probe.name = site;
+  probe.cacheable = true;
+  if (!cache_.signature(slot).SameSignature(probe)) {
+    invalidate->push_back(slot);  // another shape (say) at the same line
+    return -1;
+  }
+  p->unnamed_name = q.name;
+  q.name = site;
+  *key = site;
+  return slot;
+}
+
+void Coordinator::NegotiateInstead(const std::string& key) {
+  auto it = table_.find(key);
+  Pending& p = it->second;
+  p.state = State::kToSend;
+  p.slot = -1;
+  if (p.unnamed_name.empty()) {
+    send_order_.push_back(key);
+    return;
+  }
+  // Negotiation pairs unnamed calls by their own names (their order): take it back.
+  Pending moved = std::move(p);
+  table_.erase(it);
+  const std::string own = std::move(moved.unnamed_name);
+  moved.unnamed_name.clear();
+  moved.entry.request.name = own;
+  timeline_.End(key);
+  table_.emplace(own, std::move(moved));
+  send_order_.push_back(own);
+  timeline_.Phase(own, "NEGOTIATE");
 }
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
@@ -318,9 +366,15 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   for (const auto& kv : table_) {
     if (kv.second.state == State::kCachedWaiting) bits.SetReady(kv.second.slot);
   }
-  // Slots this rank never holds up: any, once joined; those of sets it is not in.
+  // Slots this rank never holds up: any, once joined; those of sets it is not in. But
+  // unnamed calls made while this rank has joined are negotiated: their names tell it how
+  // many it sat out (UnnamedNames::CatchUp), so that later ones pair as before.
   for (int slot = 0; slot < nbits; ++slot) {
-    if (cache_.used(slot) && (joined_ || !InSet(cache_.response(slot).process_set, rank_))) {
+    if (!cache_.used(slot)) continue;
+    const Response& cached = cache_.response(slot);
+    if (joined_ && !cached.call_site.empty()) {
+      bits.Invalidate(slot);
+    } else if (joined_ || !InSet(cached.process_set, rank_)) {
       bits.SetReady(slot);
     }
   }
@@ -341,13 +395,13 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     if (!bits.valid(slot)) {
       cache_.Erase(slot);
       *progress = true;
-      for (auto& kv : table_) {
+      std::vector<std::string> waiting;
+      for (const auto& kv : table_) {
         if (kv.second.state == State::kCachedWaiting && kv.second.slot == slot) {
-          kv.second.state = State::kToSend;
-          kv.second.slot = -1;
-          send_order_.push_back(kv.first);
+          waiting.push_back(kv.first);
         }
       }
+      for (const std::string& key : waiting) NegotiateInstead(key);
     } else if (bits.ready(slot)) {
       Response r = cache_.response(slot);
       if (any_joined) {

@@ -147,6 +147,10 @@ class Coordinator {
     State state;
     int slot = -1;
     SteadyClock::time_point since;
+    // An unnamed eager call waiting on the cache slot of its call site is kept under that
+    // slot's name (UnnamedCacheKey); this is its own ("unnamed.<n>"), which it takes back
+    // if it must be negotiated after all.
+    std::string unnamed_name;
   };
 
   void Loop();
@@ -155,6 +159,10 @@ class Coordinator {
   // One cycle; sets *progress if anything was taken, executed or changed.
   Status RunCycle(bool* progress, bool* stop);
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
+  // The cache slot a new entry may wait on (-1: none), and the name it is kept under.
+  int CachedSlotFor(Pending* p, std::string* key, std::vector<int>* invalidate);
+  // A cached entry whose slot is gone goes to negotiation (under its own name).
+  void NegotiateInstead(const std::string& key);
   Status Negotiate(std::vector<Response>* execute, bool* stop);
   // Returns the bytes of the collectives it ran.
   int64_t Execute(const std::vector<Response>& responses);

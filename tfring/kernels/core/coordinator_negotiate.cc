@@ -64,7 +64,15 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
   ApplyParams(list);
   for (Response& r : list.responses) {
     // Every rank records it, members of its set or not, so that caches stay identical.
-    if (r.ok() && r.cacheable) cache_.Put(r, SignatureOf(r));
+    if (r.ok() && r.cacheable) {
+      if (r.call_site.empty()) {
+        cache_.Put(r, SignatureOf(r));
+      } else {
+        Response under_site = r;  // unnamed calls: under their call site (TakeNewEntries)
+        under_site.name = UnnamedCacheKey(r.call_site, r.process_set);
+        cache_.Put(under_site, SignatureOf(under_site));
+      }
+    }
     // Numbers of later unnamed calls agree again: after a call that failed (before it
     // returns to its caller), and after one this rank sat out while joined.
     if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {

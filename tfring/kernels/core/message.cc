@@ -84,7 +84,7 @@ class Reader {
 
 // The first byte of every control-plane message. Ranks of one job run one build; a rank
 // from another build (a different tfring on some host) is named instead of misread.
-constexpr uint8_t kWireVersion = 1;
+constexpr uint8_t kWireVersion = 2;
 
 Status Corrupt(const char* what, int from_rank, const std::string& detail) {
   return Status::Internal(std::string("malformed ") + what + " message from rank " +
@@ -192,6 +192,18 @@ bool Signature::operator==(const Signature& o) const {
          process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device;
 }
 
+std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int32_t>& process_set) {
+  return TensorKey("unnamed@" + call_site, process_set);
+}
+
+bool CachedByCallSite(const Request& q) {
+  if (q.call_site.empty()) return false;
+  const std::string own = q.name.substr(0, q.name.find(" ["));  // without the process set
+  const std::string prefix = "unnamed.";
+  if (own.compare(0, prefix.size(), prefix) != 0 || own.size() == prefix.size()) return false;
+  return own.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+}
+
 Response ResponseTo(const Request& q) {
   Response r;
   static_cast<Signature&>(r) = q;
@@ -255,6 +267,7 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.PutInts(r.all_splits);
     w.PutRanks(r.joined);
     w.PutString(r.error);
+    w.PutString(r.call_site);
   }
   return w.Take();
 }
@@ -273,7 +286,8 @@ Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
     Response r;
     std::string problem = GetSignature(&rd, &r);
     if (problem.empty() && (!rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) ||
-                            !rd.GetRanks(&r.joined) || !rd.GetString(&r.error))) {
+                            !rd.GetRanks(&r.joined) || !rd.GetString(&r.error) ||
+                            !rd.GetString(&r.call_site))) {
       problem = "truncated or damaged fields";
     }
     if (!problem.empty()) {

@@ -64,6 +64,10 @@ struct Response : Signature {
   // the reduction's identity (allgather: no rows), and Average divides by the others only.
   std::vector<int32_t> joined;
   std::string error;  // non-empty: fail the op on every rank with this message
+  // Unnamed eager calls that every rank made at this call site: the response is cached
+  // under the call site (UnnamedCacheKey), so that later calls made there, which get new
+  // names, find it. Empty otherwise.
+  std::string call_site;
 
   bool ok() const { return error.empty(); }
 };
@@ -78,6 +82,12 @@ std::string RankListString(const std::vector<int32_t>& ranks);
 // name with the set, so that the same name may be in flight in two sets at once. It is
 // also the name errors and the timeline show: "grad/w [process set 0, 2]".
 std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set);
+// The response cache's key for unnamed eager calls made at `call_site` in `process_set`:
+// such a call's own name ("unnamed.<n>") is new every time, its call site is not.
+std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int32_t>& process_set);
+// Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
+// of a grouped call, "unnamed.<n>.<i>", share a call site and are not).
+bool CachedByCallSite(const Request& q);
 // The response to `q` that carries q's signature, not yet cacheable; the negotiator fills
 // in the rest.
 Response ResponseTo(const Request& q);

@@ -136,9 +136,13 @@ Response Negotiator::Validate(const Slot& slot) const {
   const bool reduces = first.kind == CollectiveKind::kAllreduce ||
                        first.kind == CollectiveKind::kReducescatter;
   const std::string& n = first.name;
+  // An unnamed eager call (only those carry a call site) has a new name every time: its
+  // response is cached under the call site, when every rank made it at the same one.
+  const bool unnamed = CachedByCallSite(first);
   for (int32_t r : present) {
     const Request& req = slot.by_rank[r];
-    resp.cacheable = resp.cacheable && req.cacheable;
+    resp.cacheable =
+        resp.cacheable && (unnamed ? req.call_site == first.call_site : req.cacheable);
     if (r == r0) continue;
     if (req.kind != first.kind) {
       resp.error = Mismatch("collectives", n, r0, CollectiveKindName(first.kind), r,
@@ -204,6 +208,7 @@ Response Negotiator::Validate(const Slot& slot) const {
     }
   }
   if (!resp.ok()) resp.cacheable = false;
+  if (resp.cacheable && unnamed) resp.call_site = first.call_site;
   return resp;
 }
 
