@@ -199,7 +199,7 @@ def breakdown(tf, tfring, timeline_path):
         "4 B named": ({"call": lambda: tfring.allreduce(small, op=tfring.Sum, name="bd.small"),
                        "raw op": raw(small, "bd.small.raw"),
                        "TF op": lambda: tf.identity(small)}, "bd.small", 300),
-        "4 B unnamed": ({"call": lambda: tfring.allreduce(small, op=tfring.Sum)}, "unnamed.",
+        "4 B unnamed": ({"call": lambda: tfring.allreduce(small, op=tfring.Sum)}, "unnamed",
                         300),
         "1 MiB named": ({"call": lambda: tfring.allreduce(big, op=tfring.Sum, name="bd.big"),
                          "raw op": raw(big, "bd.big.raw"),
