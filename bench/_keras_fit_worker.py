@@ -34,6 +34,12 @@ def build_model(keras, name):
             keras.layers.Dense(128, activation="relu"),
             keras.layers.Dense(10),
         ]), (32, 32, 3)
+    if name == "comm":  # 60 x Dense(32) + Dense(10): 122 small gradient tensors, little
+        # compute: a step whose time is mostly tfring's per-tensor and per-step cost
+        layers = [keras.Input((32,))]
+        layers += [keras.layers.Dense(32, activation="relu") for _ in range(60)]
+        layers.append(keras.layers.Dense(10))
+        return keras.Sequential(layers), (32,)
     raise ValueError(f"unknown model {name!r}")
 
 
@@ -123,7 +129,7 @@ def run(args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["single", "tfring", "mwms"])
-    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--model", choices=["mlp", "cnn", "comm"], default="mlp")
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--steps", type=int, default=60, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10)

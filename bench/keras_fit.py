@@ -4,14 +4,18 @@ MultiWorkerMirroredStrategy, in one run.
     make bench-keras            # or: .venv/bin/python bench/keras_fit.py [--repeats 3]
 
 For each model (an MLP of 20 x Dense(512): 5.3M parameters, 42 gradient tensors, 21 MB per
-step; and a small CNN) at batch 64 per process it measures samples/s, in total over all
-processes, of:
+step; a small CNN; and "comm", 61 small Dense layers whose step is mostly communication: 122
+gradient tensors of at most 4 KiB) at batch 64 per process it measures samples/s, in total
+over all processes, of:
   - one process, plain Keras 3, no tfring (all cores);
   - tfring.keras on N ranks (mpirun --bind-to core), which must end with identical weights;
   - tf.distribute.MultiWorkerMirroredStrategy on N workers (each pinned to a core), with
     tf_keras: TF's own way, which fails with Keras 3's model.fit.
 Each is the median of --repeats runs; the ratio column divides by the one-process figure.
-Timed steps exclude the first --warmup ones (tracing, allocation).
+Timed steps exclude the first --warmup ones (tracing, allocation). A second table gives each
+model's step time in one process pinned to one core (the compute one rank has), and with
+tfring, and tfring's overhead per step: the difference, in microseconds and as a share of
+tfring's step (the allreduces, and what tfring adds to them).
 """
 
 import argparse
@@ -40,6 +44,17 @@ def run_single(model, args):
     proc = subprocess.run([sys.executable, WORKER, "single", *worker_args(model, args)],
                           env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "one process")
+
+
+def run_single_one_core(model, args):
+    """One process on one core: the compute a rank has, so that tfring's step time minus
+    this one is what the collectives cost per step."""
+    if not _has_taskset():
+        raise RuntimeError("taskset is not installed")
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, WORKER, "single",
+                           *worker_args(model, args)],
+                          env=ENV, capture_output=True, text=True, timeout=600)
+    return parse_result(proc.stdout + proc.stderr, "one process on one core")
 
 
 def run_tfring(model, args):
@@ -91,7 +106,7 @@ def median_of(runs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--models", default="mlp,cnn,comm")
     parser.add_argument("--np", type=int, default=2, help="ranks / workers")
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--steps", type=int, default=60, help="timed steps per run")
@@ -105,12 +120,14 @@ def main():
     print("| model | set-up | samples/s | ratio to one process | runs | note |")
     print("| --- | --- | ---: | ---: | --- | --- |")
     setups = [("one process (Keras 3, no tfring)", run_single),
-              (f"tfring, {args.np} ranks", run_tfring)]
+              (f"tfring, {args.np} ranks", run_tfring),
+              ("one process on one core", run_single_one_core)]
     if not args.skip_mwms:
         setups.append((f"MultiWorkerMirroredStrategy, {args.np} workers (tf_keras)", run_mwms))
+    step_ms = {}  # (model, set-up index) -> median step time
     for model in args.models.split(","):
         base = None
-        for label, fn in setups:
+        for index, (label, fn) in enumerate(setups):
             try:
                 runs = [fn(model, args) for _ in range(args.repeats)]
             except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -118,6 +135,7 @@ def main():
                       flush=True)
                 continue
             value = median_of(runs)
+            step_ms[(model, index)] = statistics.median(r["step_ms"] for r in runs)
             base = value if base is None else base
             note = ""
             if "identical_weights" in runs[0]:
@@ -126,6 +144,16 @@ def main():
             each = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
             print(f"| {model} | {label} | {value:.0f} | {value / base:.2f} | {each} | {note} |",
                   flush=True)
+    print("\nstep time (median ms) and tfring's overhead per step against one process on "
+          "one core")
+    print("| model | one process, one core | tfring, per rank | overhead us | "
+          "share of tfring's step |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for model in args.models.split(","):
+        if (model, 2) in step_ms and (model, 1) in step_ms:
+            one, ring = step_ms[(model, 2)], step_ms[(model, 1)]
+            print(f"| {model} | {one:.2f} | {ring:.2f} | {(ring - one) * 1e3:.0f} | "
+                  f"{(ring - one) / ring:.0%} |", flush=True)
 
 
 if __name__ == "__main__":
