@@ -92,7 +92,9 @@ class GpuToolchain:
         for lib in (self.nccl_lib, self.cudart_lib):
             folder = os.path.dirname(lib)
             flags += [f"-L{folder}", f"-l:{os.path.basename(lib)}", f"-Wl,-rpath,{folder}"]
-        return flags
+        # The batched-copy kernel is loaded through the driver, opened with dlopen (libdl
+        # before glibc 2.34).
+        return flags + ["-ldl"]
 
     def nccl_version(self):
         text = open(os.path.join(self.nccl_include, "nccl.h")).read()

@@ -1,23 +1,31 @@
-// Bus bandwidth of a device allreduce through tfring's runtime (Coordinator + NcclExecutor)
-// against ncclAllReduce called directly, on the same device buffers, in one run. No
-// TensorFlow. Built in GPU builds as build/bench/nccl_allreduce:
+// Device allreduce through tfring's runtime (Coordinator + NcclExecutor) against NCCL called
+// directly, on the same device buffers, in one run. No TensorFlow. Built in GPU builds as
+// build/bench/nccl_allreduce:
 //
-//   mpirun -np <GPUs> build/bench/nccl_allreduce [MiB=64] [iterations=50]
+//   mpirun -np <GPUs> build/bench/nccl_allreduce [MiB=64] [iterations=50] [tensors=1]
 //
-// Both sides wait for each allreduce to finish before starting the next (tfring's op
-// completes only then), so the ratio is what a training step sees. Bus bandwidth is NCCL's
-// convention: bytes * 2 (n-1) / n / time; at n = 1 it is 0, and the algorithm bandwidth
-// (bytes / time) is printed too.
+// With one tensor it times three ways of reducing it: ncclAllReduce, tfring's eager op (its
+// caller waits for it alone, so the runtime starts it at once) and tfring's graph op (the
+// runtime waits TFRING_BATCH_GAP_US for the rest of the burst first). With several tensors
+// (the MiB split evenly) it times NCCL's grouped calls (ncclGroupStart/End) against one
+// tfring grouped op, which fuses them into one NCCL call.
+//
+// Each side waits for its allreduce to finish before starting the next (tfring's op completes
+// only then), so the times are what a training step sees. Median over the iterations, after
+// five warm-ups. Bus bandwidth is NCCL's convention: bytes * 2 (n-1) / n / time; at n = 1 it
+// is 0, and the algorithm bandwidth (bytes / time) is printed too.
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
@@ -53,11 +61,28 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
+// Median seconds of `iterations` calls of `once`, after five warm-ups; every rank starts
+// together.
+template <typename F>
+double MedianSeconds(int iterations, F once) {
+  for (int i = 0; i < 5; ++i) once();
+  std::vector<double> times;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    once();
+    times.push_back(Seconds(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 int main(int argc, char** argv) {
   ProcessLayout layout;
   Check(g_mpi.Initialize(WorldChoice(), &layout).ok(), "MPI init");
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 64;
-  const int iterations = argc > 2 ? std::atoi(argv[2]) : 50;
+  const int iterations = std::max(1, argc > 2 ? std::atoi(argv[2]) : 50);
+  const int tensors = std::max(1, argc > 3 ? std::atoi(argv[3]) : 1);
   const std::string why = CudaUnavailableReason();
   if (!why.empty()) {
     if (layout.rank == 0) std::printf("nccl_allreduce bench: skipped: %s\n", why.c_str());
@@ -66,12 +91,15 @@ int main(int argc, char** argv) {
   }
   const int device = layout.local_rank;
   Check(cudaSetDevice(device) == cudaSuccess, "cudaSetDevice");
-  const int64_t bytes = mib << 20, count = bytes / 4;
-  void *in, *out;
-  Check(cudaMalloc(&in, bytes) == cudaSuccess && cudaMalloc(&out, bytes) == cudaSuccess, "cudaMalloc");
+  const int64_t bytes = mib << 20, count = bytes / 4, per_tensor = count / tensors;
+  Check(per_tensor > 0, "splitting the MiB into that many tensors");
+  char *in, *out;
+  Check(cudaMalloc(reinterpret_cast<void**>(&in), bytes) == cudaSuccess &&
+            cudaMalloc(reinterpret_cast<void**>(&out), bytes) == cudaSuccess,
+        "cudaMalloc");
   Check(cudaMemset(in, 0, bytes) == cudaSuccess, "cudaMemset");
 
-  // Raw NCCL.
+  // Raw NCCL: one call, or one call per tensor inside one NCCL group.
   ncclUniqueId id;
   if (layout.rank == 0) ncclGetUniqueId(&id);
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -80,8 +108,14 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   auto raw_once = [&] {
-    Check(ncclAllReduce(in, out, count, ncclFloat32, ncclSum, comm, stream) == ncclSuccess,
-          "ncclAllReduce");
+    Check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+    for (int t = 0; t < tensors; ++t) {
+      const int64_t offset = t * per_tensor * 4;
+      Check(ncclAllReduce(in + offset, out + offset, per_tensor, ncclFloat32, ncclSum, comm,
+                          stream) == ncclSuccess,
+            "ncclAllReduce");
+    }
+    Check(ncclGroupEnd() == ncclSuccess, "ncclGroupEnd");
     Check(cudaStreamSynchronize(stream) == cudaSuccess, "cudaStreamSynchronize");
   };
 
@@ -97,51 +131,67 @@ int main(int argc, char** argv) {
                                      MpiBackendOver(&MpiContext::SplitLocal),
                                      MpiBackendOver(&MpiContext::SplitCross)));
   coordinator->Start();
-  auto tfring_once = [&] {
-    std::promise<Status> done;
-    Entry e;
-    e.request.name = "bench";
-    e.request.shape = {count};
-    e.request.on_device = true;
-    e.device = device;
-    e.input = in;
-    e.output = out;
-    e.done = [&done](const Status& s) { done.set_value(s); };
-    coordinator->Enqueue(std::move(e));
-    const Status s = done.get_future().get();
-    Check(s.ok(), "tfring allreduce: " + s.ToString());
+  // TFRING_TIMELINE=<file>: rank 0 writes tfring's timeline of the whole run, as the library does.
+  if (const char* timeline = std::getenv("TFRING_TIMELINE")) {
+    Check(coordinator->StartTimeline(timeline, false).ok(), "starting the timeline");
+  }
+  // One op of `tensors` tensors; `eager` as the TF kernels set it.
+  auto tfring_once = [&](bool eager) {
+    std::vector<std::promise<Status>> done(tensors);
+    std::vector<Entry> entries(tensors);
+    for (int t = 0; t < tensors; ++t) {
+      Entry& e = entries[t];
+      e.request.name = "bench." + std::to_string(t);
+      e.request.shape = {per_tensor};
+      e.request.on_device = true;
+      e.device = device;
+      e.input = in + t * per_tensor * 4;
+      e.output = out + t * per_tensor * 4;
+      e.eager = eager;
+      e.done = [&done, t](const Status& s) { done[t].set_value(s); };
+    }
+    coordinator->EnqueueAll(std::move(entries));
+    for (auto& d : done) {
+      const Status s = d.get_future().get();
+      Check(s.ok(), "tfring allreduce: " + s.ToString());
+    }
   };
 
-  double raw_s = 0, tfring_s = 0;
-  for (int round = 0; round < 2; ++round) {  // round 0 warms both up
-    const int n = round == 0 ? 5 : iterations;
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) raw_once();
-    raw_s = Seconds(start) / n;
-    MPI_Barrier(MPI_COMM_WORLD);
-    start = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) tfring_once();
-    tfring_s = Seconds(start) / n;
+  struct Row {
+    const char* name;
+    double seconds;
+  };
+  std::vector<Row> rows;
+  if (tensors == 1) {
+    rows.push_back({"ncclAllReduce direct", MedianSeconds(iterations, raw_once)});
+    rows.push_back({"tfring, eager op", MedianSeconds(iterations, [&] { tfring_once(true); })});
+    rows.push_back({"tfring, graph op", MedianSeconds(iterations, [&] { tfring_once(false); })});
+  } else {
+    rows.push_back({"NCCL grouped calls", MedianSeconds(iterations, raw_once)});
+    rows.push_back({"tfring grouped op", MedianSeconds(iterations, [&] { tfring_once(false); })});
   }
-  double times[2] = {raw_s, tfring_s}, slowest[2];
-  MPI_Allreduce(times, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  std::vector<double> mine, slowest(rows.size());
+  for (const Row& r : rows) mine.push_back(r.seconds);
+  MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX,
+                MPI_COMM_WORLD);
   if (layout.rank == 0) {
     int version = 0;
     ncclGetVersion(&version);
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, device);
     const double bus = 2.0 * (layout.size - 1) / layout.size;
-    std::printf("device allreduce, float32 sum, %lld MiB, %d rank(s), %s, NCCL %d, %d iterations\n",
-                static_cast<long long>(mib), layout.size, prop.name, version, iterations);
-    std::printf("%-22s %10s %14s %14s\n", "", "time (ms)", "algbw (GB/s)", "busbw (GB/s)");
-    const char* names[2] = {"ncclAllReduce direct", "tfring runtime"};
-    for (int k = 0; k < 2; ++k) {
-      std::printf("%-22s %10.3f %14.1f %14.1f\n", names[k], slowest[k] * 1e3,
-                  bytes / slowest[k] / 1e9, bus * bytes / slowest[k] / 1e9);
+    std::printf("device allreduce, float32 sum, %lld MiB in %d tensor(s), %d rank(s), %s, "
+                "NCCL %d, median of %d\n",
+                static_cast<long long>(mib), tensors, layout.size, prop.name, version, iterations);
+    std::printf("%-22s %10s %14s %14s %10s\n", "", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                "vs NCCL");
+    for (size_t k = 0; k < rows.size(); ++k) {
+      std::printf("%-22s %10.1f %14.1f %14.1f %10.3f\n", rows[k].name, slowest[k] * 1e6,
+                  bytes / slowest[k] / 1e9, bus * bytes / slowest[k] / 1e9,
+                  slowest[0] / slowest[k]);
     }
-    std::printf("tfring / direct bandwidth: %.3f\n", slowest[0] / slowest[1]);
   }
+  coordinator->StopTimeline();
   coordinator->Shutdown();
   coordinator.reset();  // frees its communicators before MPI is finalized
   ncclCommDestroy(comm);

@@ -83,6 +83,15 @@ TFRING_TEST(Fusion, LargeTensorsTravelAloneBelowTheThreshold) {
   EXPECT_EQ(Show(Plan(rs, {10, 64, 20, 100, 63}, 1000, 64)), std::string("{0,2,4}{1}{3}"));
 }
 
+TFRING_TEST(Fusion, GpuTensorsFuseUpToTheThresholdHoweverLarge) {
+  // alone_bytes 64 holds for host tensors only: the GPU's 64- and 100-byte tensors fuse with
+  // the small ones (the device copies cost far less than a call), still within the threshold.
+  std::vector<Response> rs(6, R(kAR, kF32));
+  for (int i : {0, 1, 2, 5}) rs[i].on_device = true;
+  EXPECT_EQ(Show(Plan(rs, {10, 64, 100, 64, 20, 900}, 1000, 64)),
+            std::string("{0,1,2}{3}{4}{5}"));
+}
+
 TFRING_TEST(Fusion, ThresholdZeroDisablesFusion) {
   const std::vector<Response> rs(4, R(kAR, kF32));
   EXPECT_EQ(Show(Plan(rs, {4, 0, 8, 4}, 0)), std::string("{0}{1}{2}{3}"));

@@ -15,9 +15,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/test_harness.h"
+#include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
@@ -255,6 +257,19 @@ TFRING_TEST(NcclRuntime, FusedSmallTensorsAndALargeOne) {
   ExpectAllreduced(large, ReduceOp::kSum, Size(), 9);
 }
 
+// More tensors than one batched-copy launch takes (64), of odd sizes, so that most sit at
+// odd offsets in the fusion buffer.
+TFRING_TEST(NcclRuntime, ManyFusedTensorsOfOddSizes) {
+  std::vector<OpPtr> ops;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t n = i % 7 + 1;
+    ops.push_back(SubmitOnGpu(g_flat.get(), "many/" + std::to_string(i), DataType::kFloat16, {n},
+                              TestValues(DataType::kFloat16, Rank(), n, i % 5),
+                              {CollectiveKind::kAllreduce, ReduceOp::kSum}));
+  }
+  for (int i = 0; i < 200; ++i) ExpectAllreduced(ops[i], ReduceOp::kSum, Size(), i % 5);
+}
+
 TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) {
   const int r = Rank();
   GpuRequest gather{CollectiveKind::kAllgather};
@@ -350,6 +365,59 @@ TFRING_TEST(NcclRuntime, ReducescatterUnevenAndEven) {
       EXPECT_TRUE(AllClose(DataType::kFloat32, p->Result(), want, &why)) << name << ": " << why;
     }
   }
+}
+
+// Fusion buffers are packed and unpacked by a batched-copy kernel (backends/cuda). Copies of
+// every size, at every alignment of source and destination, more than one launch's worth:
+// each lands exactly where it should and nothing else is written; the fallback of one
+// cudaMemcpyAsync per copy does the same.
+TFRING_TEST(NcclRuntime, BatchedCopyEverySizeAndAlignment) {
+  const int64_t sizes[] = {0, 1, 2, 3, 4, 5, 15, 16, 17, 31, 33, 4096, 4098, 4100, 65537,
+                           (1 << 20) + 3};
+  const int copies_wanted = 150;  // three launches of at most 64
+  std::vector<int64_t> bytes(copies_wanted), src_at(copies_wanted), dst_at(copies_wanted);
+  int64_t src_total = 1, dst_total = 3;  // odd starts: misaligned from the first copy on
+  for (int i = 0; i < copies_wanted; ++i) {
+    bytes[i] = sizes[i % 16];
+    src_at[i] = src_total;
+    dst_at[i] = dst_total;
+    src_total += bytes[i] + (i % 3);  // gaps of 0-2 bytes vary the alignment further
+    dst_total += bytes[i] + (i % 5);
+  }
+  std::vector<unsigned char> src_host(src_total), expected(dst_total, 0xEE), got(dst_total);
+  for (int i = 0; i < copies_wanted; ++i) {
+    for (int64_t b = 0; b < bytes[i]; ++b) {
+      const unsigned char v = static_cast<unsigned char>(i * 31 + b * 7);
+      src_host[src_at[i] + b] = v;
+      expected[dst_at[i] + b] = v;
+    }
+  }
+  char* src = static_cast<char*>(DeviceAlloc(src_total));
+  char* dst = static_cast<char*>(DeviceAlloc(dst_total));
+  ASSERT_TRUE(cudaMemcpy(src, src_host.data(), src_total, cudaMemcpyHostToDevice) == cudaSuccess);
+  std::vector<DeviceCopy> copies;
+  for (int i = 0; i < copies_wanted; ++i) copies.push_back({dst + dst_at[i], src + src_at[i], bytes[i]});
+  for (bool use_kernel : {true, false}) {
+    BatchedCopier copier;
+    copier.Load(use_kernel);
+    EXPECT_EQ(copier.kernel_loaded(), use_kernel);
+    if (use_kernel && !copier.kernel_loaded()) {
+      std::printf("batched-copy kernel not loaded: %s\n", copier.fallback_reason().c_str());
+    }
+    ASSERT_TRUE(cudaMemset(dst, 0xEE, dst_total) == cudaSuccess);
+    const Status s = copier.Copy(copies, g_producer);
+    EXPECT_TRUE(s.ok());
+    ASSERT_TRUE(cudaStreamSynchronize(g_producer) == cudaSuccess);
+    ASSERT_TRUE(cudaMemcpy(got.data(), dst, dst_total, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int64_t wrong = 0, first_wrong = -1;
+    for (int64_t b = 0; b < dst_total; ++b) {
+      if (got[b] != expected[b] && wrong++ == 0) first_wrong = b;
+    }
+    EXPECT_EQ(wrong, 0);
+    if (wrong) std::printf("kernel %d: first wrong byte at %lld\n", use_kernel, (long long)first_wrong);
+  }
+  cudaFree(src);
+  cudaFree(dst);
 }
 
 // Last: the failure aborts this coordinator's communicators for good.

@@ -3,8 +3,9 @@
 //
 //   variable                            unit     default   meaning
 //   TFRING_FUSION_THRESHOLD             bytes    67108864  largest fusion buffer; 0 disables fusion
-//   TFRING_FUSION_ALONE_BYTES           bytes    1048576   tensors this large never share a fusion
-//                                                          buffer: they go alone, without a copy
+//   TFRING_FUSION_ALONE_BYTES           bytes    1048576   host tensors this large never share a
+//                                                          fusion buffer: they go alone, without a
+//                                                          copy (GPU tensors fuse up to the threshold)
 //   TFRING_CYCLE_TIME                   ms       1         longest an idle background thread sleeps
 //                                                          before it answers its peers again (an
 //                                                          enqueue always wakes it at once)

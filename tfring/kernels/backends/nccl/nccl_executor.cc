@@ -147,6 +147,26 @@ Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, Data
   return Status::OK();
 }
 
+Status NcclExecutor::PackInputs(const std::vector<Entry*>& group, const Packed& packed,
+                               char* buffer) {
+  std::vector<DeviceCopy> copies;
+  copies.reserve(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    copies.push_back({buffer + packed.offsets[i], group[i]->input, packed.bytes[i]});
+  }
+  return copier_.Copy(copies, stream_);
+}
+
+Status NcclExecutor::UnpackOutputs(const std::vector<Entry*>& group, const Packed& packed,
+                                   const char* buffer) {
+  std::vector<DeviceCopy> copies;
+  copies.reserve(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    copies.push_back({group[i]->output, buffer + packed.offsets[i], packed.bytes[i]});
+  }
+  return copier_.Copy(copies, stream_);
+}
+
 Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
@@ -164,16 +184,12 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  for (size_t i = 0; i < group.size(); ++i) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]));
-  }
+  TFRING_RETURN_IF_ERROR(PackInputs(group, packed, buffer));
   Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
         Timeline::GroupArgs(group, packed.total_bytes));
   if (total > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(buffer, buffer, total, r.dtype, r));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  for (size_t i = 0; i < group.size(); ++i) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]));
-  }
+  TFRING_RETURN_IF_ERROR(UnpackOutputs(group, packed, buffer));
   return Complete("NCCL allreduce of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");
 }
@@ -228,17 +244,17 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.send.total_bytes, &send));
   TFRING_RETURN_IF_ERROR(DeviceBuffer(1, layout.total_bytes, &recv));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  for (size_t i = 0; i < group.size(); ++i) {
-    TFRING_RETURN_IF_ERROR(
-        CopyAsync(send + layout.send.offsets[i], group[i]->input, layout.send.bytes[i]));
-  }
+  TFRING_RETURN_IF_ERROR(PackInputs(group, layout.send, send));
   Phase(group, "NCCL_ALLGATHER", args);
   TFRING_RETURN_IF_ERROR(GatherV(send, recv, layout.bytes_per_rank));
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<DeviceCopy> pieces;
+  pieces.reserve(layout.pieces.size());
   for (const GatherPiece& p : layout.pieces) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(static_cast<char*>(group[p.tensor]->output) + p.to_offset,
-                                     recv + p.from_offset, p.bytes));
+    pieces.push_back({static_cast<char*>(group[p.tensor]->output) + p.to_offset,
+                      recv + p.from_offset, p.bytes});
   }
+  TFRING_RETURN_IF_ERROR(copier_.Copy(pieces, stream_));
   return Complete(what);
 }
 
@@ -261,9 +277,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
-  for (size_t i = 0; i < group.size() && is_root; ++i) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]));
-  }
+  if (is_root) TFRING_RETURN_IF_ERROR(PackInputs(group, packed, buffer));
   Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, packed.total_bytes));
   if (packed.total_bytes > 0) {
     TFRING_NCCL_LAUNCH(ncclBroadcast(buffer, buffer, packed.total_bytes, ncclUint8, r.root_rank,
@@ -271,9 +285,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
                        &world_);
   }
   Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
-  for (size_t i = 0; i < group.size(); ++i) {
-    TFRING_RETURN_IF_ERROR(CopyAsync(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]));
-  }
+  TFRING_RETURN_IF_ERROR(UnpackOutputs(group, packed, buffer));
   return Complete("NCCL broadcast of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");
 }

@@ -36,8 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/backend.h"
+#include "tfring/kernels/core/buffer_layout.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/process_layout.h"
 
@@ -86,6 +88,10 @@ class NcclExecutor : public GroupExecutor {
   Status Fail(const Status& status);
   Status DeviceBuffer(int which, int64_t bytes, char** buffer);
   Status CopyAsync(void* dst, const void* src, int64_t bytes);
+  // A fusion buffer packed from the group's inputs, and unpacked into its outputs, with
+  // batched copies (backends/cuda/batched_copy.h).
+  Status PackInputs(const std::vector<Entry*>& group, const Packed& packed, char* buffer);
+  Status UnpackOutputs(const std::vector<Entry*>& group, const Packed& packed, const char* buffer);
   Status PlanReduction(const Response& r, const Comm& comm, Reduction* plan);
   // Copies `bytes` of device memory to the host (after the work queued so far), runs `fn`
   // on them there, and queues the copy back. The slow path for what NCCL cannot do.
@@ -103,6 +109,7 @@ class NcclExecutor : public GroupExecutor {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_event_ = nullptr;
   cudaEvent_t producer_event_ = nullptr;
+  BatchedCopier copier_;
   Comm world_, local_;
   char* buffers_[2] = {nullptr, nullptr};
   int64_t buffer_bytes_[2] = {0, 0};

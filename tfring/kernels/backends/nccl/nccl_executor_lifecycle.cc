@@ -160,6 +160,7 @@ Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
   TFRING_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming));
   TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&producer_event_, cudaEventDisableTiming));
+  copier_.Load();  // on this thread, with this device current: the kernel's context
   ready_ = true;  // the destructor frees what exists from here on
   TFRING_RETURN_IF_ERROR(InitComm(world_host_.get(), layout_.rank, layout_.size, "world", &world_));
   if (options_.hierarchical_allreduce) {
