@@ -8,7 +8,9 @@
 //                                                          copy (GPU tensors fuse up to the threshold)
 //   TFRING_CYCLE_TIME                   ms       1         longest an idle background thread sleeps
 //                                                          before it answers its peers again (an
-//                                                          enqueue always wakes it at once)
+//                                                          enqueue always wakes it at once; up to
+//                                                          16 times that while eager callers run
+//                                                          the cycles themselves)
 //   TFRING_BATCH_GAP_US                 us       50        ops from a graph arrive one by one: wait
 //                                                          until none has come for this long (at
 //                                                          most TFRING_CYCLE_TIME), so that they

@@ -2,23 +2,12 @@
 
 #include <algorithm>
 
-#include <sched.h>
-
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
-
 #include "tfring/kernels/common/logging.h"
 
 namespace tfring {
 namespace {
 
 constexpr double kCachedWaitDemoteSeconds = 1.0;
-constexpr auto kHotSpin = std::chrono::microseconds(200);
-constexpr auto kMinBackoff = std::chrono::microseconds(10);
-// With entries pending but no progress (peers have not submitted them yet), cycles repeat
-// after at most this pause: short, because a peer that submits now waits for our next cycle.
-constexpr auto kMaxBackoff = std::chrono::microseconds(100);
 
 // Whether `rank` is in `process_set` (empty: all ranks). No allocation: runs per cache slot
 // per cycle.
@@ -129,23 +118,32 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
     }
   }
   if (ok.empty()) return;
+  if (ok[0].eager) {
+    EnqueueAndDrive(std::move(ok));  // coordinator_drive.cc
+  } else if (Queue(&ok)) {
+    wake_.notify_one();
+  }
+}
+
+bool Coordinator::Queue(std::vector<Entry>* entries) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!accepting_) {
     Status s = stopped_status_.ok()
                    ? Status::FailedPrecondition("tfring is not running (call tfring.init() first)")
                    : stopped_status_;
     lock.unlock();
-    for (Entry& e : ok) e.done(s);
-    return;
+    for (Entry& e : *entries) e.done(s);
+    return false;
   }
   // The cycle waits for a burst of graph ops to end (WaitForBurstToEnd). The entries of one
   // op with several tensors (a grouped op) arrive here together and complete, so they
   // count as no burst: the cycle takes them at once, all in the same cycle.
-  if (ok.size() == 1 && !ok[0].eager) graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
-  for (Entry& e : ok) queue_.push_back(std::move(e));
-  queued_.fetch_add(static_cast<int>(ok.size()), std::memory_order_release);
-  lock.unlock();
-  wake_.notify_one();
+  if (entries->size() == 1 && !(*entries)[0].eager) {
+    graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (Entry& e : *entries) queue_.push_back(std::move(e));
+  queued_.fetch_add(static_cast<int>(entries->size()), std::memory_order_release);
+  return true;
 }
 
 void Coordinator::Shutdown() {
@@ -165,69 +163,6 @@ bool Coordinator::stopped() const {
 bool Coordinator::peer_lost() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return peer_lost_;
-}
-
-void Coordinator::Loop() {
-#ifdef __linux__
-  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
-#endif
-  SteadyClock::duration backoff = SteadyClock::duration::zero();
-  auto last_progress = SteadyClock::now();
-  while (true) {
-    const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
-        std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
-    const SteadyClock::duration wait = table_.empty() ? cycle_time : backoff;
-    if (wait > SteadyClock::duration::zero()) {
-      // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
-      // sleeping thread costs tens of microseconds, more than a small collective.
-      while (queued_.load(std::memory_order_acquire) == 0 &&
-             SteadyClock::now() - last_progress < kHotSpin) {
-        sched_yield();
-      }
-    }
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wait > SteadyClock::duration::zero()) {
-        wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
-      }
-    }
-    WaitForBurstToEnd(cycle_time);
-    bool progress = false, stop = false;
-    Status s = RunCycle(&progress, &stop);
-    if (!s.ok()) {
-      TFRING_LOG(kError) << s.message();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        peer_lost_ = true;
-      }
-      FailEverything(s);
-      return;
-    }
-    if (stop) return;
-    if (progress) {
-      last_progress = SteadyClock::now();
-      backoff = SteadyClock::duration::zero();
-    } else {
-      backoff = std::min<SteadyClock::duration>(
-          std::max<SteadyClock::duration>(backoff * 2, kMinBackoff),
-          std::min<SteadyClock::duration>(kMaxBackoff, cycle_time));
-    }
-  }
-}
-
-void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
-  uint64_t seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
-  if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
-  const auto gap = std::chrono::duration_cast<SteadyClock::duration>(
-      std::chrono::duration<double, std::micro>(options_.batch_gap_us));
-  const auto deadline = SteadyClock::now() + std::max(cycle_time, gap);
-  while (SteadyClock::now() < deadline) {
-    std::this_thread::sleep_for(gap);  // sleeps, so the executor thread can run (shared core)
-    const uint64_t now_seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
-    if (now_seen == seen) break;
-    seen = now_seen;
-  }
-  graph_ops_seen_ = seen;
 }
 
 void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,

@@ -2,9 +2,11 @@
 // collectives executed in the same order on every rank.
 //
 // Who calls what:
-//  - Any thread (TF kernels, tests) calls Enqueue(); it never blocks on communication.
-//  - The coordinator's own thread is the only caller of the ControlPlane and the Backend,
-//    and the only thread that runs `done` callbacks of queued entries.
+//  - Any thread (TF kernels, tests) calls Enqueue(); a graph op's never blocks on
+//    communication.
+//  - Cycles run on the coordinator's own thread, or on the thread of an eager caller
+//    (below), one at a time (cycle_mutex_): whoever runs a cycle is the only caller of the
+//    ControlPlane and the Backend, and runs the `done` callbacks of what it completes.
 //  - Start() and Shutdown() are called by the owner (the global runtime), once each.
 //
 // The cycle, run in lockstep by every rank (each step is a collective of the control plane):
@@ -33,6 +35,12 @@
 // TFRING_BATCH_GAP_US (at most the cycle time), so that a step's tensors travel fused
 // instead of one cycle each. Eager ops skip that wait: their caller waits for them alone;
 // so do the tensors of one grouped op, which arrive together (EnqueueAll) and complete.
+//
+// An eager caller drives: when no cycle is running, its thread runs the cycles itself until
+// its op completes (coordinator_drive.cc), for up to a millisecond, then leaves the rest to
+// the background thread. That saves handing the op to the background thread and the result
+// back (two wake-ups, and on a busy machine two threads spinning for each other); the
+// cycles are the same collectives whichever thread runs them.
 //
 // A cached entry that waits more than a second for its peers gives up its slot (step 2), so
 // that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
@@ -154,6 +162,14 @@ class Coordinator {
   };
 
   void Loop();
+  // Runs one cycle; the caller holds cycle_mutex_. False once cycles have ended: every rank
+  // agreed to stop, or a failure, which it logged and failed every entry with.
+  bool CycleOnce(bool* progress);
+  // Queues an eager op's entries and runs cycles on this thread until they complete (or
+  // for a while), unless another thread keeps running cycles (coordinator_drive.cc).
+  void EnqueueAndDrive(std::vector<Entry> entries);
+  // Adds entries to the queue; false (and every entry failed) when not accepting any.
+  bool Queue(std::vector<Entry>* entries);
   // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time.
   void WaitForBurstToEnd(SteadyClock::duration cycle_time);
   // One cycle; sets *progress if anything was taken, executed or changed.
@@ -205,7 +221,15 @@ class Coordinator {
   bool peer_lost_ = false;
   std::thread thread_;
 
-  // Owned by the background thread.
+  // Whoever runs a cycle holds this: the background thread, or an eager caller driving.
+  std::mutex cycle_mutex_;
+  bool cycles_ended_ = false;  // under cycle_mutex_: no cycle may run any more
+  // Set after each cycle, read by the background thread without the lock: whether entries
+  // are in flight, and when the last cycle ended (steady clock, ns).
+  std::atomic<bool> in_flight_{false};
+  std::atomic<int64_t> last_cycle_ns_{0};
+
+  // Owned by whoever holds cycle_mutex_.
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;

@@ -1,0 +1,98 @@
+// Eager callers drive the cycles (coordinator_drive.cc), with ranks as threads: an eager op
+// completes on its caller's thread, alongside other threads' eager and graph ops; a caller
+// whose peers never submit its op returns after its drive and the background thread
+// carries on, to the stall error or the shutdown.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/inproc_job.h"
+#include "tests/cpp/test_harness.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+// Submits an eager allreduce: `*on_caller` counts those whose done ran on this thread.
+OpPtr SubmitEager(Coordinator* c, const std::string& name, int rank, int salt,
+                  std::atomic<int>* on_caller = nullptr) {
+  const std::thread::id caller = std::this_thread::get_id();
+  return SubmitAllreduce(
+      [c, caller, on_caller](Entry e) {
+        e.eager = true;
+        e.done = [caller, on_caller, done = std::move(e.done)](const Status& s) {
+          if (on_caller && std::this_thread::get_id() == caller) on_caller->fetch_add(1);
+          done(s);
+        };
+        c->Enqueue(std::move(e));
+      },
+      name, DataType::kFloat32, {5}, TestValues(DataType::kFloat32, rank, 5, salt),
+      ReduceOp::kSum);
+}
+
+TFRING_TEST(DriveInproc, EagerOpsCompleteOnTheCallersThread) {
+  for (int size : {2, 3}) {
+    InprocJob job(size, TestOptions());
+    job.OnEveryRank([&](int rank) {
+      std::atomic<int> on_caller{0};
+      const int calls = 200;
+      for (int i = 0; i < calls; ++i) {
+        OpPtr p = SubmitEager(job.rank(rank), "eager/" + std::to_string(i % 7), rank, i % 7,
+                              &on_caller);
+        ExpectAllreduced(p, ReduceOp::kSum, size, i % 7);
+      }
+      // The background thread may hold the cycle now and then (its timer); most calls
+      // must complete where they were made.
+      EXPECT_GE(on_caller.load(), calls / 2) << "rank " << rank << " of " << size;
+    });
+  }
+}
+
+TFRING_TEST(DriveInproc, EagerCallersBesideGraphOpsOnOtherThreads) {
+  for (int size : {2, 3}) {
+    InprocJob job(size, TestOptions());
+    job.OnEveryRank([&](int rank) {
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 3; ++t) {
+        threads.emplace_back([&, t] {
+          for (int i = 0; i < 60; ++i) {
+            const std::string name = "mixed/" + std::to_string(t) + "/" + std::to_string(i % 5);
+            const int salt = t * 10 + i % 5;
+            // Threads 0 and 1 are eager callers; thread 2 submits graph ops.
+            OpPtr p = t < 2 ? SubmitEager(job.rank(rank), name, rank, salt)
+                            : SubmitAllreduce(job.rank(rank), name, DataType::kFloat32, {5},
+                                              TestValues(DataType::kFloat32, rank, 5, salt),
+                                              ReduceOp::kSum);
+            ExpectAllreduced(p, ReduceOp::kSum, size, salt);
+          }
+        });
+      }
+      for (std::thread& th : threads) th.join();
+    });
+  }
+}
+
+TFRING_TEST(DriveInproc, ACallerWhosePeersNeverSubmitReturnsAndShutdownFailsItsOp) {
+  InprocJob job(2, TestOptions());
+  OpPtr lonely;
+  job.OnEveryRank([&](int rank) {
+    if (rank != 0) return;
+    const auto start = std::chrono::steady_clock::now();
+    lonely = SubmitEager(job.rank(0), "lonely", 0, 1);
+    // The drive gives up after a millisecond; the background thread then holds the op.
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(took, 1.0) << "Enqueue of an op no peer submits returned after " << took << " s";
+    EXPECT_TRUE(lonely->status.wait_for(std::chrono::milliseconds(50)) ==
+                std::future_status::timeout);
+  });
+  job.Shutdown();
+  ExpectFailure(lonely, StatusCode::kAborted, "shut down");
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring

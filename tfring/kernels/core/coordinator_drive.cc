@@ -1,0 +1,167 @@
+// Who runs the cycles (one at a time, under cycle_mutex_): the background thread's loop,
+// and eager callers that drive them themselves (coordinator.h says why). The cycle itself
+// is in coordinator.cc.
+#include "tfring/kernels/core/coordinator.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#include <thread>
+
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace {
+
+constexpr auto kHotSpin = std::chrono::microseconds(200);
+constexpr auto kMinBackoff = std::chrono::microseconds(10);
+// With entries pending but no progress (peers have not submitted them yet), cycles repeat
+// after at most this pause: short, because a peer that submits now waits for our next cycle.
+constexpr auto kMaxBackoff = std::chrono::microseconds(100);
+// How long an eager caller runs cycles before it leaves its op to the background thread:
+// a small collective finishes within a few cycles; an op whose peers are late is then
+// carried on by the background thread, and the caller waits as before.
+constexpr auto kDriveFor = std::chrono::milliseconds(1);
+constexpr auto kLockWait = std::chrono::microseconds(100);
+constexpr int kMaxIdleWaits = 16;
+
+// Set while this thread runs a cycle: a `done` callback that submits another eager op from
+// inside the cycle must not try to run one itself.
+thread_local bool t_in_cycle = false;
+
+}  // namespace
+
+void Coordinator::Loop() {
+#ifdef __linux__
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
+#endif
+  SteadyClock::duration backoff = SteadyClock::duration::zero();
+  auto last_progress = SteadyClock::now();
+  // How long to sleep with nothing in flight: the cycle time, doubled (up to kMaxIdleWaits
+  // of it) while eager callers keep the cycles going, since every wake-up of this thread
+  // costs the caller's op on this core tens of microseconds.
+  SteadyClock::duration idle_wait = SteadyClock::duration::zero();
+  while (true) {
+    const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
+        std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
+    if (idle_wait < cycle_time) idle_wait = cycle_time;
+    const SteadyClock::duration wait = in_flight_.load() ? backoff : idle_wait;
+    if (wait > SteadyClock::duration::zero()) {
+      // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
+      // sleeping thread costs tens of microseconds, more than a small collective.
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             SteadyClock::now() - last_progress < kHotSpin) {
+        sched_yield();
+      }
+    }
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wait > SteadyClock::duration::zero()) {
+        wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
+      }
+      stopping = shutdown_requested_;
+    }
+    // Eager callers that drive cycles (EnqueueAndDrive) keep the cycles going: with nothing
+    // left to do, the next idle cycle is due a cycle time after their last one. Checked
+    // without the lock, so that this thread's timer never holds a caller up.
+    const auto since_last = SteadyClock::now().time_since_epoch() -
+                            std::chrono::nanoseconds(last_cycle_ns_.load());
+    if (!stopping && !in_flight_.load() && queued_.load(std::memory_order_acquire) == 0 &&
+        since_last < cycle_time) {
+      idle_wait = std::min(idle_wait * 2, cycle_time * kMaxIdleWaits);
+      continue;
+    }
+    idle_wait = cycle_time;
+    WaitForBurstToEnd(cycle_time);
+    bool progress = false;
+    {
+      std::lock_guard<std::mutex> cycle(cycle_mutex_);
+      if (!CycleOnce(&progress)) return;
+    }
+    if (progress) {
+      last_progress = SteadyClock::now();
+      backoff = SteadyClock::duration::zero();
+    } else {
+      backoff = std::min<SteadyClock::duration>(
+          std::max<SteadyClock::duration>(backoff * 2, kMinBackoff),
+          std::min<SteadyClock::duration>(kMaxBackoff, cycle_time));
+    }
+  }
+}
+
+void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
+  uint64_t seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+  if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
+  const auto gap = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double, std::micro>(options_.batch_gap_us));
+  const auto deadline = SteadyClock::now() + std::max(cycle_time, gap);
+  while (SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(gap);  // sleeps, so the executor thread can run (shared core)
+    const uint64_t now_seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+    if (now_seen == seen) break;
+    seen = now_seen;
+  }
+  graph_ops_seen_ = seen;
+}
+
+bool Coordinator::CycleOnce(bool* progress) {
+  if (cycles_ended_) return false;
+  bool stop = false;
+  t_in_cycle = true;
+  const Status s = RunCycle(progress, &stop);
+  t_in_cycle = false;
+  in_flight_.store(!table_.empty());
+  last_cycle_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           SteadyClock::now().time_since_epoch()).count());
+  if (!s.ok()) {
+    TFRING_LOG(kError) << s.message();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      peer_lost_ = true;
+    }
+    FailEverything(s);
+  }
+  if (s.ok() && !stop) return true;
+  cycles_ended_ = true;
+  wake_.notify_one();  // the background thread sees it and ends
+  return false;
+}
+
+void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
+  auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(entries.size()));
+  for (Entry& e : entries) {
+    e.done = [remaining, done = std::move(e.done)](const Status& s) {
+      done(s);
+      remaining->fetch_sub(1, std::memory_order_acq_rel);
+    };
+  }
+  // The lock comes first, so that the background thread never finds these entries queued
+  // with the lock free, and runs the cycle itself. It holds the lock for a moment when it
+  // wakes on its timer, and for a cycle when it runs one (which the peers join soon): worth
+  // a short wait rather than handing the op over. Not from inside a cycle (a `done`
+  // callback): the next cycle takes the op.
+  std::unique_lock<std::mutex> cycle(cycle_mutex_, std::defer_lock);
+  const auto give_up = SteadyClock::now() + kLockWait;
+  while (!t_in_cycle && !cycle.try_lock() && SteadyClock::now() < give_up) sched_yield();
+  if (!Queue(&entries)) return;
+  if (!cycle.owns_lock()) {
+    wake_.notify_one();  // the thread running cycles takes them
+    return;
+  }
+  const auto deadline = SteadyClock::now() + kDriveFor;
+  while (remaining->load(std::memory_order_acquire) > 0 && SteadyClock::now() < deadline) {
+    bool progress = false;
+    if (!CycleOnce(&progress)) return;
+  }
+  const bool leftover = !table_.empty() || remaining->load(std::memory_order_acquire) > 0;
+  cycle.unlock();
+  if (leftover) wake_.notify_one();  // the background thread carries on
+}
+
+}  // namespace tfring
