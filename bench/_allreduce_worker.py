@@ -110,7 +110,10 @@ def raw_steps(cases):
 
 def tfring_sweep(max_bytes, tf, tfring):
     """Per size, interleaved: tfring named and unnamed, raw MPI in this process (so with the
-    MPI settings tfring runs with), and TF's own eager op on the same tensor."""
+    MPI settings tfring runs with), and TF's own eager op on the same tensor. And named with
+    its result dropped at once: TF then reuses the freed output's memory for the next call's
+    output, as mpi4py reuses its buffer, where a result kept alive makes TF allocate fresh
+    memory each call (which costs a large tensor its page faults)."""
     rows = {}
     for nbytes in sizes(max_bytes):
         send, recv = raw_buffers(nbytes)
@@ -125,7 +128,10 @@ def tfring_sweep(max_bytes, tf, tfring):
         def unnamed():
             held["unnamed"] = tfring.allreduce(tensor, op=tfring.Sum)
 
-        row = timed({"named": named, "unnamed": unnamed,
+        def dropped():
+            tfring.allreduce(tensor, op=tfring.Sum, name=name + ".dropped")
+
+        row = timed({"named": named, "unnamed": unnamed, "dropped": dropped,
                      "mpi": lambda: comm.Allreduce(send, recv, op=MPI.SUM),
                      "tf_op": lambda: tf.identity(tensor)}, iterations_for(nbytes))
         row["wrong"] = wrong_count([held["named"].numpy(), held["unnamed"].numpy(), recv])
@@ -136,38 +142,38 @@ def tfring_sweep(max_bytes, tf, tfring):
 def tfring_steps(cases, tf, tfring):
     """A step of n tensors of k KiB in one tf.function: separate ops, unnamed (as a training
     step has them: tfring derives names from the graph) and named; one grouped_allreduce;
-    TF's floor, the same function returning tf.identity of each; and raw MPI's separate and
-    packed calls in this process; interleaved."""
+    TF's floor, the same function with tf.identity of each; and raw MPI's separate and
+    packed calls in this process; interleaved. As in a training step, whose gradients are
+    used inside the graph, the timed functions return nothing of their results to Python
+    (each is a control dependency of the one scalar returned): handing 1000 tensors to
+    Python costs more than the collectives (Python's garbage collector above all). The
+    results are checked exactly by calling each function once more, returning them."""
     out = {}
     for n, kib in cases:
         inputs = [tf.constant(np.full(kib * 256, comm.rank + 1, dtype=np.float32))
                   for _ in range(n)]
-
-        @tf.function
-        def separate_unnamed():
-            return [tfring.allreduce(x, op=tfring.Sum) for x in inputs]
-
-        @tf.function
-        def separate_named():
-            return [tfring.allreduce(x, op=tfring.Sum, name=f"step{n}.{i}")
-                    for i, x in enumerate(inputs)]
-
-        @tf.function
-        def grouped():
-            return tfring.grouped_allreduce(inputs, op=tfring.Sum)
-
-        @tf.function
-        def floor():
-            return [tf.identity(x) for x in inputs]
-
-        fns = {"unnamed": separate_unnamed, "named": separate_named, "grouped": grouped,
-               "tf_floor": floor}
+        steps = {
+            "unnamed": lambda: [tfring.allreduce(x, op=tfring.Sum) for x in inputs],
+            "named": lambda: [tfring.allreduce(x, op=tfring.Sum, name=f"step{n}.{i}")
+                              for i, x in enumerate(inputs)],
+            "grouped": lambda: tfring.grouped_allreduce(inputs, op=tfring.Sum),
+            "tf_floor": lambda: [tf.identity(x) for x in inputs],
+        }
+        fns = {key: tf.function(_results_stay_in_graph(tf, step)) for key, step in steps.items()}
         raw_fns, buffers = raw_step_fns(n, kib)
         row = timed({**fns, **raw_fns}, step_iterations(n))
-        results = [t.numpy() for key in ("unnamed", "named", "grouped") for t in fns[key]()]
+        results = [t.numpy() for key in ("unnamed", "named", "grouped")
+                   for t in tf.function(steps[key])()]
         row["wrong"] = wrong_count(results + buffers)
         out[f"{n}x{kib}"] = row
     return out
+
+
+def _results_stay_in_graph(tf, step):
+    def run():
+        with tf.control_dependencies(step()):
+            return tf.constant(0.0)
+    return run
 
 
 STEP_CASES = [(100, 16), (10, 4), (100, 4), (1000, 4)]

@@ -17,13 +17,16 @@ each). Results are not read inside the timed call (`.numpy()` would add a copy).
 
 It prints:
   - per float32 size from 4 B: the time of one eager allreduce with `name=` and without
-    (what Horovod scripts write), both raw MPI figures, TensorFlow's own eager op
+    (what Horovod scripts write), and with `name=` and its result dropped at once (TF
+    reuses that memory for the next output, as raw MPI reuses its buffer), the raw MPI figures, TensorFlow's own eager op
     (`tf.identity` of the same tensor: the floor of any TF op), busbw (nccl-tests' bus
     bandwidth, algbw * 2(n-1)/n), and tfring's busbw as a fraction of raw MPI's;
   - one step inside a `tf.function` of n tensors of k KiB: separate unnamed ops (as a
     training step has them), separate named ops, one `grouped_allreduce`, TF's floor (the
-    same function returning `tf.identity` of each), and raw MPI's n separate calls and one
-    packed call;
+    same function with `tf.identity` of each), and raw MPI's n separate calls and one
+    packed call. The step's results stay in the graph (it returns one scalar that depends
+    on them), as a training step's gradients do: returning 1000 tensors to Python costs
+    more than the collectives;
   - how the step scales with the number of tensors (10, 100, 1000 of 4 KiB): a line fitted
     through the three step times gives a fixed cost per step and a cost per tensor;
   - where the time of one call goes (the last job, with rank 0's timeline on): a 4 B eager
@@ -95,21 +98,25 @@ def print_sweep(raw, ring, yielding):
     print("# 'MPI beside': mpi4py in tfring's processes, interleaved with tfring's calls "
           "(the MPI settings tfring runs with); 'MPI defaults': mpi4py alone with Open MPI's "
           "defaults, best of a run before and one after; 'MPI yield': mpi4py alone with "
-          "mpi_yield_when_idle=1, tfring's setting")
+          "mpi_yield_when_idle=1, tfring's setting; 'named, dropped': named, its result "
+          "dropped at once (TF reuses the memory for the next output, as mpi4py reuses its "
+          "buffer)")
     rows = []
     for key, row in ring["tfring_sweep"].items():
         nbytes = int(key)
         best = defaults[key]["s"]
         bw = [busbw(nbytes, t, size) for t in (row["named"], row["unnamed"], row["mpi"], best)]
         rows.append([nbytes] + [f"{t * 1e6:.1f}" for t in (
-            row["named"], row["unnamed"], row["mpi"], best, alone[key]["s"], row["tf_op"])] +
+            row["named"], row["unnamed"], row["dropped"], row["mpi"], best, alone[key]["s"],
+            row["tf_op"])] +
             [f"{b:.3f}" for b in bw] +
             [f"{row['mpi'] / row['named']:.2f}", f"{row['mpi'] / row['unnamed']:.2f}",
-             f"{best / row['named']:.2f}",
+             f"{row['mpi'] / row['dropped']:.2f}", f"{best / row['named']:.2f}",
              row["wrong"] + defaults[key]["wrong"] + alone[key]["wrong"]])
-    table(["bytes", "named", "unnamed", "MPI beside", "MPI defaults", "MPI yield", "TF op",
-           "busbw named", "busbw unnamed", "busbw MPI beside", "busbw MPI defaults",
-           "named/beside", "unnamed/beside", "named/defaults", "#wrong"], rows)
+    table(["bytes", "named", "unnamed", "named, dropped", "MPI beside", "MPI defaults",
+           "MPI yield", "TF op", "busbw named", "busbw unnamed", "busbw MPI beside",
+           "busbw MPI defaults", "named/beside", "unnamed/beside", "dropped/beside",
+           "named/defaults", "#wrong"], rows)
 
 
 def fit_line(points):
