@@ -17,8 +17,8 @@ each). Results are not read inside the timed call (`.numpy()` would add a copy).
 
 It prints:
   - per float32 size from 4 B: the time of one eager allreduce with `name=` and without
-    (what Horovod scripts write), and with `name=` and its result dropped at once (TF
-    reuses that memory for the next output, as raw MPI reuses its buffer), the raw MPI figures, TensorFlow's own eager op
+    (what Horovod scripts write), the raw MPI figures (beside also on arrays without
+    transparent huge pages, as TensorFlow's tensors are), TensorFlow's own eager op
     (`tf.identity` of the same tensor: the floor of any TF op), busbw (nccl-tests' bus
     bandwidth, algbw * 2(n-1)/n), and tfring's busbw as a fraction of raw MPI's;
   - one step inside a `tf.function` of n tensors of k KiB: separate unnamed ops (as a
@@ -98,24 +98,24 @@ def print_sweep(raw, ring, yielding):
     print("# 'MPI beside': mpi4py in tfring's processes, interleaved with tfring's calls "
           "(the MPI settings tfring runs with); 'MPI defaults': mpi4py alone with Open MPI's "
           "defaults, best of a run before and one after; 'MPI yield': mpi4py alone with "
-          "mpi_yield_when_idle=1, tfring's setting; 'named, dropped': named, its result "
-          "dropped at once (TF reuses the memory for the next output, as mpi4py reuses its "
-          "buffer)")
+          "mpi_yield_when_idle=1, tfring's setting; 'MPI beside, 4K pages': beside, on arrays "
+          "without transparent huge pages, as TensorFlow's tensors are (numpy asks for them "
+          "from 4 MiB on)")
     rows = []
     for key, row in ring["tfring_sweep"].items():
         nbytes = int(key)
         best = defaults[key]["s"]
         bw = [busbw(nbytes, t, size) for t in (row["named"], row["unnamed"], row["mpi"], best)]
         rows.append([nbytes] + [f"{t * 1e6:.1f}" for t in (
-            row["named"], row["unnamed"], row["dropped"], row["mpi"], best, alone[key]["s"],
-            row["tf_op"])] +
+            row["named"], row["unnamed"], row["mpi"], row["mpi_small_pages"], best,
+            alone[key]["s"], row["tf_op"])] +
             [f"{b:.3f}" for b in bw] +
             [f"{row['mpi'] / row['named']:.2f}", f"{row['mpi'] / row['unnamed']:.2f}",
-             f"{row['mpi'] / row['dropped']:.2f}", f"{best / row['named']:.2f}",
+             f"{row['mpi_small_pages'] / row['named']:.2f}", f"{best / row['named']:.2f}",
              row["wrong"] + defaults[key]["wrong"] + alone[key]["wrong"]])
-    table(["bytes", "named", "unnamed", "named, dropped", "MPI beside", "MPI defaults",
+    table(["bytes", "named", "unnamed", "MPI beside", "MPI beside, 4K pages", "MPI defaults",
            "MPI yield", "TF op", "busbw named", "busbw unnamed", "busbw MPI beside",
-           "busbw MPI defaults", "named/beside", "unnamed/beside", "dropped/beside",
+           "busbw MPI defaults", "named/beside", "unnamed/beside", "named/beside 4K",
            "named/defaults", "#wrong"], rows)
 
 
