@@ -217,6 +217,7 @@ class Coordinator {
   bool accepting_ = false;
   bool started_ = false;
   bool shutdown_requested_ = false;
+  bool handed_over_ = false;  // an eager caller stopped driving with entries in flight
   Status stopped_status_;
   bool peer_lost_ = false;
   std::thread thread_;

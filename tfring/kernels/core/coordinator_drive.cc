@@ -63,9 +63,12 @@ void Coordinator::Loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (wait > SteadyClock::duration::zero()) {
-        wake_.wait_for(lock, wait, [this] { return !queue_.empty() || shutdown_requested_; });
+        wake_.wait_for(lock, wait, [this] {
+          return !queue_.empty() || shutdown_requested_ || handed_over_;
+        });
       }
       stopping = shutdown_requested_;
+      handed_over_ = false;
     }
     // Eager callers that drive cycles (EnqueueAndDrive) keep the cycles going: with nothing
     // left to do, the next idle cycle is due a cycle time after their last one. Checked
@@ -161,7 +164,13 @@ void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
   }
   const bool leftover = !table_.empty() || remaining->load(std::memory_order_acquire) > 0;
   cycle.unlock();
-  if (leftover) wake_.notify_one();  // the background thread carries on
+  if (leftover) {  // the background thread carries on, at once, whatever it was waiting for
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      handed_over_ = true;
+    }
+    wake_.notify_one();
+  }
 }
 
 }  // namespace tfring
