@@ -193,6 +193,42 @@ def find_gpu_toolchain():
     return GpuToolchain(nccl[0], nccl[1], cuda_includes, cuda[1]), ""
 
 
+# XLA's headers in TensorFlow's wheel, and what the lowerings need besides TF's own flags.
+XLA_HEADERS = ("tensorflow/compiler/tf2xla/xla_op_kernel.h", "xla/hlo/builder/xla_builder.h",
+               "xla/ffi/api/ffi.h")
+# Headers that XLA's include but that sit in these folders of the wheel, not on TF's path.
+XLA_EXTRA_INCLUDES = ("external/highwayhash", "external/farmhash_archive/src")
+XLA_LIBRARY = "libtensorflow_cc.so.2"  # holds the XLA and tf2xla symbols the lowerings use
+
+
+def xla_required():
+    """TFRING_WITH_XLA=1: a build without the XLA lowerings is an error."""
+    return os.environ.get("TFRING_WITH_XLA", "auto").strip().lower() in ("1", "on", "yes",
+                                                                        "true")
+
+
+def find_xla_toolchain(tf_dir):
+    """(extra compile flags, extra link flags) for the XLA lowerings (kernels/tf/xla), or
+    (None, reason) when they cannot be built here. See BUILD.md, 'XLA'."""
+    mode = os.environ.get("TFRING_WITH_XLA", "auto").strip().lower()
+    if mode in ("0", "off", "no", "false"):
+        return None, "TFRING_WITH_XLA=0"
+    if mode not in ("", "auto", "1", "on", "yes", "true"):
+        raise BuildError(f"TFRING_WITH_XLA must be 0, 1 or auto. Received: {mode!r}", "XLA")
+    include = os.path.join(tf_dir or "", "include")
+    missing = [h for h in XLA_HEADERS if not os.path.exists(os.path.join(include, h))]
+    if not os.path.exists(os.path.join(tf_dir or "", XLA_LIBRARY)):
+        missing.append(XLA_LIBRARY)
+    if missing:
+        reason = "TensorFlow's wheel lacks " + ", ".join(missing)
+        if xla_required():
+            raise BuildError(f"TFRING_WITH_XLA=1 but {reason}.", "XLA")
+        return None, reason
+    extra = [f"-isystem{os.path.join(include, d)}" for d in XLA_EXTRA_INCLUDES
+             if os.path.isdir(os.path.join(include, d))]
+    return (extra, [f"-l:{XLA_LIBRARY}"]), ""
+
+
 # --- TensorFlow, found without importing it ------------------------------------------------
 
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly",

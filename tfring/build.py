@@ -52,6 +52,7 @@ RUNTIME_DIRS = PLAIN_DIRS + ["backends/mpi", "runtime"]
 GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
+TF_XLA_GLUE_DIR = "tf/xla"  # where TensorFlow's wheel has XLA's headers (_toolchain.find_xla_toolchain)
 INPROC_DIR = "backends/inproc"
 NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # GPU builds only (NCCL benchmarks)
 # Native test sources that need CUDA and NCCL: built in GPU builds only.
@@ -130,11 +131,21 @@ def _run_tool(cmd, what):
         raise BuildError(f"{what} failed:\n$ {shlex.join(cmd)}\n{proc.stderr[-6000:]}")
 
 
-def compile_all(obj_dir, jobs):
-    """jobs: list of (compiler, flags, source). Returns objects in order; counts rebuilt."""
+def compile_all(obj_dir, jobs, optional=()):
+    """jobs: list of (compiler, flags, source). Returns objects in order; counts rebuilt.
+    A job whose source is in `optional` and fails gives its BuildError in place of its
+    object; any other failure raises."""
+    def one(job):
+        try:
+            return compile_one(obj_dir, *job)
+        except BuildError as e:
+            if job[2] not in optional:
+                raise
+            return e, False
+
     workers = max(1, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda j: compile_one(obj_dir, *j), jobs))
+        results = list(pool.map(one, jobs))
     return [obj for obj, _ in results], sum(1 for _, rebuilt in results if rebuilt)
 
 
@@ -270,6 +281,7 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         extra_link = SANITIZERS[sanitize]
         common = ["-O1", "-g", "-fno-omit-frame-pointer"] + common[1:] + extra_link
         tests_dir = os.path.join(CHECKOUT_BUILD_DIR, f"tests-{sanitize}")
+    xla, xla_reason = None, "a native-only build"
     if native_only:
         # No TensorFlow here (a GPU machine may lack it): the runtime alone, with the
         # compiler's default ABI, and its native tests.
@@ -279,6 +291,7 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
                                f"native-obj-{sanitize}" if sanitize else "native-obj")
     else:
         tf_version, tf_compile, tf_link = tensorflow_flags()
+        xla, xla_reason = _toolchain.find_xla_toolchain(_toolchain.tensorflow_dir())
         entry = entry or _toolchain.entry_dir()
         obj_dir = os.path.join(entry, "obj")
     if with_tests and not _toolchain.is_checkout():
@@ -297,15 +310,29 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     jobs = [(plain_cxx, plain_flags, s) if d in PLAIN_DIRS else (mpicxx, runtime_flags, s)
             for d in runtime_dirs for s in sources(d)]
     jobs += [(mpicxx, glue_flags, s) for d in glue_dirs for s in sources(d)]
+    xla_sources = sources(TF_XLA_GLUE_DIR) if xla else []
+    jobs += [(mpicxx, glue_flags + xla[0], s) for s in xla_sources]
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]
         jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
         if gpu:
             jobs += [(mpicxx, runtime_flags, s) for s in sources(NATIVE_BENCH_DIR)]
-    objects, rebuilt = compile_all(obj_dir, jobs)
+    # The XLA lowerings' headers moved between TensorFlow releases: where they fail to
+    # compile (and TFRING_WITH_XLA is not 1), the library is built without them, its record
+    # says why, and tfring keeps XLA off for steps with its ops.
+    optional = () if _toolchain.xla_required() else xla_sources
+    objects, rebuilt = compile_all(obj_dir, jobs, optional)
     by_source = {j[2]: o for j, o in zip(jobs, objects)}
+    failed = [o for o in objects if isinstance(o, BuildError)]
+    if failed:
+        first = next((l for l in str(failed[0]).splitlines() if "error" in l),
+                     str(failed[0]).splitlines()[0])
+        xla, xla_reason = None, f"its sources did not compile against this TensorFlow: {first}"
+        xla_sources = []
+    xla_link = xla[1] if xla else []
     runtime_objs = [by_source[s] for d in runtime_dirs for s in sources(d)]
     glue_objs = [by_source[s] for d in glue_dirs for s in sources(d)]
+    glue_objs += [by_source[s] for s in xla_sources]
     gpu_link = gpu.link_flags() if gpu else []
     if with_tests:
         build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu),
@@ -319,7 +346,7 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
             f"{rebuilt} of {len(objects)} files compiled")
         return None
     library = os.path.join(entry, _toolchain.LIBRARY_NAME)
-    link(mpicxx, runtime_objs + glue_objs, library, ["-shared"] + tf_link + gpu_link)
+    link(mpicxx, runtime_objs + glue_objs, library, ["-shared"] + tf_link + xla_link + gpu_link)
     record = {
         "library": library,
         "tensorflow": tf_version,
@@ -332,6 +359,9 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         "nccl_library": gpu.nccl_lib if gpu else None,
         "cuda_runtime_library": gpu.cudart_lib if gpu else None,
         "nccl_not_built_because": None if gpu else gpu_reason,
+        # Whether tfring's ops run inside XLA-compiled functions (kernels/tf/xla).
+        "xla": bool(xla),
+        "xla_not_built_because": None if xla else xla_reason,
         # What `pip` calls this TensorFlow, for tfringrun --check-build (no TF import there).
         "tensorflow_distribution": _toolchain.tensorflow_distribution()[1],
         "sources": _toolchain.source_digest(),
@@ -340,8 +370,9 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         "files_compiled": rebuilt,
     }
     write_json(os.path.join(entry, _toolchain.RECORD_NAME), record)
+    xla_note = "XLA: built" if xla else f"XLA: not built, {xla_reason}"
     say(f"tfring: built {library} for TensorFlow {tf_version} with {record['mpi_version']} "
-        f"({nccl_note}) in {time.time() - start:.1f} s, {rebuilt} of {len(objects)} files "
+        f"({nccl_note}; {xla_note}) in {time.time() - start:.1f} s, {rebuilt} of {len(objects)} files "
         "compiled")
     return record
 

@@ -14,7 +14,7 @@ import re
 
 import tensorflow as tf
 
-from tfring import _library, adasum as _adasum, naming, runtime
+from tfring import _library, _xla, adasum as _adasum, naming, runtime
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 
@@ -66,6 +66,8 @@ def _check_dtype(tensor, allowed, what, name):
 def _run_op(op, naming_, *args, **attrs):
     """Creates (eagerly: runs) the library's op `op`, named as `naming_` (tfring.naming)
     says, and records that it exists."""
+    if not tf.executing_eagerly():
+        _xla.check_op(op, naming_.display)
     out = getattr(_library.ops(), op)(
         *args, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
         eager=tf.executing_eagerly(), name=naming_.op_name, **attrs)

@@ -88,6 +88,12 @@ def check_build(out=sys.stdout):
                          f"({record.get('nccl_library')})")
         else:
             nccl_line = f"not built ({record.get('nccl_not_built_because') or 'no NCCL found'})"
+        if record.get("xla"):
+            xla_line = ("built: allreduce, grouped_allreduce, broadcast run inside "
+                        "jit_compile=True functions on the host")
+        else:
+            xla_line = (f"not built ({record.get('xla_not_built_because') or 'an older build'}): "
+                        "XLA stays off for steps with tfring's ops")
         library = os.path.join(entry, tc.LIBRARY_NAME)
         state = f"; stale: {stale}, `import tfring` rebuilds it" if stale else ""
         lines += [
@@ -95,6 +101,7 @@ def check_build(out=sys.stdout):
             f"TensorFlow {record['tensorflow']}{state})",
             f"  MPI             {record['mpi_version']} ({record['mpicxx']})",
             f"  NCCL (GPU ops)  {nccl_line}",
+            f"  XLA lowerings   {xla_line}",
             "  Collectives     allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
             "reducescatter: host tensors over MPI" +
             ("; GPU tensors over NCCL" if record.get("nccl") else ""),

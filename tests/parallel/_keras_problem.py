@@ -56,16 +56,18 @@ def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, 
 
 
 def fit_distributed(keras, rank, size, optimizer, passes=1, embedding=False, steps=4,
-                    wrap=None, **options):
+                    wrap=None, jit_compile=None, **options):
     """Fits with tfring on this rank's shard, starting from rank-dependent weights (the
     broadcast callback makes them rank 0's); returns (model, distributed optimizer).
-    `wrap` makes the distributed optimizer (default tfring.keras.DistributedOptimizer)."""
+    `wrap` makes the distributed optimizer (default tfring.keras.DistributedOptimizer);
+    jit_compile goes to model.compile."""
     import tfring.keras as hvd
 
     model = make_model(keras, seed=1 if rank == 0 else 50 + rank, embedding=embedding)
     wrap = wrap or hvd.DistributedOptimizer
     opt = wrap(optimizer, backward_passes_per_step=passes, **options)
-    model.compile(optimizer=opt, loss="mse")
+    extra = {} if jit_compile is None else {"jit_compile": jit_compile}
+    model.compile(optimizer=opt, loss="mse", **extra)
     x, y = fit_inputs(shard(global_data(steps, size, passes), rank, size), embedding)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])

@@ -4,6 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 MODES = ["eager", "function", "graph"]
+# And inside a function XLA compiles: for the collectives that have an XLA lowering.
+XLA_MODES = MODES + ["xla"]
 
 NP_DTYPES = {
     tf.uint8: np.uint8, tf.int8: np.int8, tf.uint16: np.uint16, tf.int16: np.int16,
@@ -27,12 +29,13 @@ def rank_input(r, shape, dtype, low=-3, high=4):
 
 
 def run(mode, fn, *np_args):
-    """Builds fn(*tensors) and runs it in `mode`: eager, tf.function, or a TF1 graph+session."""
+    """Builds fn(*tensors) and runs it in `mode`: eager, tf.function, a tf.function that XLA
+    compiles, or a TF1 graph+session."""
     if mode == "eager":
         out = fn(*[tf.constant(a) for a in np_args])
         return tf.nest.map_structure(lambda t: t.numpy(), out)
-    if mode == "function":
-        out = tf.function(fn)(*[tf.constant(a) for a in np_args])
+    if mode in ("function", "xla"):
+        out = tf.function(fn, jit_compile=mode == "xla")(*[tf.constant(a) for a in np_args])
         return tf.nest.map_structure(lambda t: t.numpy(), out)
     with tf.Graph().as_default():
         out = fn(*[tf.constant(a) for a in np_args])

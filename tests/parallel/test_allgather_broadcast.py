@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from _util import MODES, rank_input, run
+from _util import MODES, XLA_MODES, rank_input, run
 
 DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
           tf.float32, tf.float64, tf.bool]
@@ -28,7 +28,7 @@ def test_allgather_rank_with_no_rows(rank, size):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_broadcast_from_every_root(dtype, mode, rank, size):
     mine = rank_input(rank, (4, 3), dtype)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from _util import MODES, rank_input, run
+from _util import MODES, XLA_MODES, rank_input, run
 
 DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
           tf.float32, tf.float64]
@@ -29,7 +29,7 @@ def expected(op_name, dtype, size):
     return stack.prod(0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_allreduce_every_op(dtype, mode, rank, size):
     mine = rank_input(rank, SHAPE, dtype, low=-2, high=3)
@@ -49,7 +49,7 @@ def test_allreduce_every_op(dtype, mode, rank, size):
             np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype.name}")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 def test_prescale_and_postscale(mode, rank, size):
     mine = rank_input(rank, SHAPE, tf.float32)
     got = run(mode, lambda x: tfring.allreduce(x, op=tfring.Sum, prescale_factor=0.5,
@@ -58,7 +58,7 @@ def test_prescale_and_postscale(mode, rank, size):
     np.testing.assert_allclose(got, total * 0.5 * 3.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 @pytest.mark.parametrize("dtype", [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64],
                          ids=lambda d: d.name)
 def test_scale_factors_on_integers_truncate_as_horovod(dtype, mode, rank, size):
@@ -86,7 +86,7 @@ def test_average_argument_alias(rank, size):
                                [sum(range(size)) / size])
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 def test_grouped_allreduce_mixed_dtypes(mode, rank, size):
     a = rank_input(rank, (4,), tf.float32)
     b = rank_input(rank, (2, 3), tf.int64)

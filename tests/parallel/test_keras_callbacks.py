@@ -419,7 +419,8 @@ def all_callbacks():
             hvd_callbacks.BestModelCheckpoint("never-written.keras")]
 
 
-def test_every_callback_turns_off_jit_compile_with_a_warning():
+def test_every_callback_turns_off_jit_compile_where_xla_cannot_run(monkeypatch):
+    monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
     for callback in all_callbacks():
         model = make_model(seed=0, jit_compile=True)
         assert model.jit_compile
@@ -428,7 +429,16 @@ def test_every_callback_turns_off_jit_compile_with_a_warning():
         assert model.jit_compile is False
 
 
-def test_fit_with_jit_compile_runs_without_xla(rank, size):
+def test_every_callback_leaves_jit_compile_on_where_xla_runs():
+    assert tfring._xla.available()
+    for callback in all_callbacks():
+        model = make_model(seed=0, jit_compile=True)
+        callback.set_model(model)
+        assert model.jit_compile is True
+
+
+def test_fit_with_jit_compile_runs_without_xla_where_it_cannot_run(rank, size, monkeypatch):
+    monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
     model = make_model(seed=rank, jit_compile=True)
     with pytest.warns(UserWarning, match="jit_compile"):
         fit(model, [hvd_callbacks.BroadcastGlobalVariablesCallback(0),

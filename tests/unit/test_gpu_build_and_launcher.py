@@ -63,6 +63,7 @@ def test_check_build_reports_tf_mpi_and_nccl():
     assert "Open MPI" in text
     assert ("NCCL (GPU ops)  built, NCCL " in text) == bool(info["nccl"])
     assert "not built" in text or info["nccl"]
+    assert ("XLA lowerings   built: allreduce" in text) == bool(info["xla"])
 
 
 def test_tfringrun_runs_mpirun_and_passes_the_exit_status():

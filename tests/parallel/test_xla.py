@@ -1,0 +1,186 @@
+"""tfring's collectives inside functions that XLA compiles (jit_compile=True).
+
+Every collective that has an XLA lowering is also in the XLA run mode of test_allreduce.py
+and test_allgather_broadcast.py (every dtype and reduce op against numpy); this file checks
+what is particular to XLA: the ops are really compiled (a custom call in the HLO), results
+equal the eager ones bitwise, gradients, errors that name the op or the tensor on every
+rank, and Keras fits that keep jit_compile=True.
+"""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfring
+import tfring.keras as hvd
+import _keras_problem
+from _keras_problem import (BATCH, assert_same_on_all_ranks, make_model, reference_weights,
+                            weights_and_optimizer_state)
+from _util import rank_input
+
+STEPS = 4
+SHAPES = [(3, 5), (7,), (), (2, 0), (64, 33)]
+
+
+def mine(rank, shape, seed=0):
+    return np.random.default_rng(10 * rank + seed).normal(size=shape).astype(np.float32)
+
+
+def test_the_collectives_are_compiled_into_the_hlo(rank, size):
+    @tf.function(jit_compile=True)
+    def step(x):
+        return tfring.grouped_allreduce([x, 2 * x]), tfring.broadcast(x, 0), tfring.size_op()
+
+    x = tf.constant(mine(rank, (4,)))
+    hlo = step.experimental_get_compiler_ir(x)(stage="hlo")
+    assert hlo.count('custom_call_target="tfring_collective"') == 2
+    assert "TfringSize" not in hlo or "constant" in hlo
+    grouped, broadcast, set_size = step(x)
+    assert int(set_size) == size
+    np.testing.assert_array_equal(broadcast, mine(0, (4,)))
+    np.testing.assert_allclose(grouped[1], 2 * sum(mine(r, (4,)) for r in range(size)) / size,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", [tfring.Sum, tfring.Average, tfring.Max],
+                         ids=["sum", "average", "max"])
+def test_grouped_results_equal_the_eager_ones_bitwise(op, rank, size):
+    # The same tensors in the same grouped op take the same fused reduction eagerly and
+    # under XLA: the results must be identical, not just close.
+    tensors = [tf.constant(mine(rank, shape, seed=i)) for i, shape in enumerate(SHAPES)]
+    eager = tfring.grouped_allreduce(tensors, op=op, name="bitwise")
+    compiled = tf.function(
+        lambda ts: tfring.grouped_allreduce(ts, op=op, name="bitwise"), jit_compile=True)(
+            tensors)
+    for e, c in zip(eager, compiled):
+        assert e.shape == c.shape
+        np.testing.assert_array_equal(c.numpy(), e.numpy())
+
+
+def test_inputs_still_used_after_the_call_are_not_overwritten(rank, size):
+    # The lowering reduces in place; XLA must copy an operand that is still needed.
+    @tf.function(jit_compile=True)
+    def step(x):
+        return tfring.allreduce(x, op=tfring.Sum), x + 0.0
+
+    x = mine(rank, (5,))
+    reduced, kept = step(tf.constant(x))
+    np.testing.assert_array_equal(kept, x)
+    np.testing.assert_allclose(reduced, sum(mine(r, (5,)) for r in range(size)), rtol=1e-6)
+
+
+def test_repeated_calls_of_one_compiled_step(rank, size):
+    step = tf.function(lambda x: tfring.allreduce(x, op=tfring.Sum), jit_compile=True)
+    for i in range(20):
+        got = step(tf.constant(rank_input(rank, (3,), tf.int32) + i))
+        want = sum(rank_input(r, (3,), tf.int32) + i for r in range(size))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_gradient_under_xla_equals_the_eager_one(rank, size):
+    w = tf.Variable(mine(rank, (3, 2)))
+
+    def loss_and_grad():
+        with tf.GradientTape() as tape:
+            y = tfring.allreduce(tf.tanh(w) * (rank + 1.0), op=tfring.Average)
+            loss = tf.reduce_sum(y * y)
+        return loss, tape.gradient(loss, w)
+
+    eager_loss, eager_grad = loss_and_grad()
+    xla_loss, xla_grad = tf.function(loss_and_grad, jit_compile=True)()
+    np.testing.assert_allclose(xla_loss, eager_loss, rtol=1e-6)
+    np.testing.assert_allclose(xla_grad, eager_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_distributed_gradient_tape_under_xla(rank, size):
+    w = tf.Variable(np.ones((4,), np.float32))
+    x = tf.constant(mine(rank, (4,)))
+
+    @tf.function(jit_compile=True)
+    def grads():
+        with tfring.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.reduce_sum(w * x)
+        return tape.gradient(loss, [w])[0]
+
+    np.testing.assert_allclose(grads(), sum(mine(r, (4,)) for r in range(size)) / size,
+                               rtol=1e-6)
+
+
+def test_collectives_without_a_lowering_fail_naming_the_op(rank, size):
+    @tf.function(jit_compile=True)
+    def gather(x):
+        return tfring.allgather(x)
+
+    with pytest.raises(NotImplementedError, match=r"tfring\.allgather .* cannot run inside an "
+                                                  r"XLA-compiled function"):
+        gather(tf.zeros([2]))
+    # Nothing was queued: the next collective pairs as usual.
+    np.testing.assert_array_equal(tfring.allreduce(tf.ones([2]), op=tfring.Sum), [size, size])
+
+
+def test_mismatch_under_xla_fails_on_every_rank_naming_the_tensor(rank, size):
+    step = tf.function(lambda x: tfring.allreduce(x, name="xla_bad_shape"), jit_compile=True)
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"Mismatched shapes for tensor 'xla_bad_shape': rank 0 sent "
+                             r"\[2\], rank 1 sent \[3\]"):
+        step(tf.zeros([2 + rank]))
+    np.testing.assert_array_equal(tfring.allreduce(tf.ones([1]), op=tfring.Sum), [size])
+
+
+def fit(rank, size, optimizer, jit_compile, **options):
+    return _keras_problem.fit_distributed(keras, rank, size, optimizer, steps=STEPS,
+                                          jit_compile=jit_compile, **options)
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.SGD(0.1),
+    lambda: keras.optimizers.Adam(0.01),
+], ids=["sgd", "adam"])
+def test_keras_fit_keeps_xla_and_matches_one_process(rank, size, make_optimizer):
+    model, opt = fit(rank, size, make_optimizer(), jit_compile=True)
+    assert model.jit_compile is True
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "xla fit")
+    want = reference_weights(keras, make_optimizer(), STEPS, size)
+    for got, expected in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_keras_fit_with_sparse_gradients_and_accumulation_under_xla(rank, size):
+    # An Embedding's gradient is tf.IndexedSlices: under XLA it is reduced as a dense one.
+    model, opt = fit(rank, size, keras.optimizers.SGD(0.1), jit_compile=True,
+                     embedding=True, passes=2, average_aggregated_gradients=True)
+    assert model.jit_compile is True
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "xla sparse fit")
+    want = reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size, passes=2,
+                             embedding=True)
+    for got, expected in zip(model.get_weights(), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_callbacks_leave_jit_compile_on(rank, size):
+    model = make_model(keras, seed=rank)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
+                  jit_compile=True)
+    x = np.ones((2 * BATCH, _keras_problem.FEATURES), np.float32)
+    y = np.ones((2 * BATCH, 1), np.float32)
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                         hvd.callbacks.MetricAverageCallback()])
+    assert model.jit_compile is True
+    assert_same_on_all_ranks(model.get_weights(), "xla callbacks")
+
+
+def test_any_name_survives_the_trip_through_xla(rank, size):
+    # The name travels in the custom call's attributes as an MLIR string.
+    odd = 'odd "name" \\ with é, {braces} = and : marks'
+    step = tf.function(lambda x: tfring.allreduce(x, op=tfring.Sum, name=odd), jit_compile=True)
+    np.testing.assert_array_equal(step(tf.ones([2])), [size, size])
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=re.escape(f"Mismatched shapes for tensor '{odd}!'")):
+        tf.function(lambda x: tfring.allreduce(x, name=odd + "!"), jit_compile=True)(
+            tf.zeros([1 + rank]))

@@ -1,0 +1,70 @@
+"""tfring's collectives inside functions that XLA compiles (jit_compile=True).
+
+The library lowers some ops to XLA custom calls that the runtime serves
+(tfring/kernels/tf/xla): allreduce and grouped_allreduce, broadcast, and size/rank/
+local_size/local_rank (constants of the compiled function, read when XLA compiles it).
+The others have output shapes that depend on what other ranks hold, which XLA must know
+when it compiles; under XLA they fail when the function is traced, with a message that
+names them. The lowerings run on the host: where a GPU is visible, XLA would place the ops
+on it, and that path is not built yet, so there too they fail early (and tfring's Keras
+optimizer turns XLA off for its train step, tfring/keras/_xla.py).
+"""
+
+import functools
+
+import tensorflow as tf
+
+# Generated op wrappers (tfring._library.ops()) that have an XLA lowering.
+LOWERED_OPS = frozenset({"tfring_allreduce", "tfring_grouped_allreduce", "tfring_broadcast",
+                         "tfring_size", "tfring_rank", "tfring_local_size",
+                         "tfring_local_rank"})
+
+
+def in_xla_context():
+    """True while TF traces a function that XLA must compile (jit_compile=True)."""
+    from tensorflow.python.ops import control_flow_util
+
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+@functools.lru_cache(maxsize=None)
+def why_unavailable():
+    """Why tfring's ops cannot run under XLA in this process, or None when they can."""
+    from tfring import _library
+
+    info = _library.build_info()
+    if not info.get("xla"):
+        reason = info.get("xla_not_built_because") or "it was built before XLA support"
+        return f"this build of tfring has no XLA lowerings ({reason})"
+    if tf.config.list_physical_devices("GPU"):
+        return ("a GPU is visible, and tfring's XLA lowerings run on the host only so far "
+                "(docs/xla.md)")
+    return None
+
+
+def available():
+    """Whether tfring's lowered ops can run inside XLA-compiled functions here."""
+    return why_unavailable() is None
+
+
+def check_op(op, display):
+    """Raises a clear error when the op wrapper `op` (named `display` in messages) is being
+    traced into an XLA-compiled function and cannot run there."""
+    if not in_xla_context():
+        return
+    what = op[len("tfring_"):] if op.startswith("tfring_") else op
+    if op not in LOWERED_OPS:
+        raise NotImplementedError(
+            f"tfring.{what} ('{display}') cannot run inside an XLA-compiled function "
+            "(jit_compile=True): its output shape depends on the other ranks' tensors, which "
+            "XLA must know when it compiles. Under XLA, tfring runs allreduce, "
+            "grouped_allreduce and broadcast; call this one outside the compiled function, "
+            "or compile it with jit_compile=False.")
+    reason = why_unavailable()
+    if reason is not None:
+        raise RuntimeError(
+            f"tfring.{what} ('{display}') was traced inside an XLA-compiled function "
+            f"(jit_compile=True), and {reason}. Compile the function (or Keras model) with "
+            "jit_compile=False.")

@@ -1,0 +1,160 @@
+// tfring's collectives inside XLA-compiled functions (tf.function(jit_compile=True), Keras
+// jit_compile=True): each op lowers to one custom call that the runtime serves
+// (xla_call.h, xla_handler.cc), so a step keeps XLA and its tensors are reduced in XLA's
+// own buffers.
+//
+// Lowered: allreduce and grouped_allreduce (what the optimizers use), broadcast, and the
+// layout ops (size, rank, local size and rank: constants of the compiled step, read when
+// XLA compiles it, after init()). The other collectives have output shapes that depend on
+// other ranks, which XLA must know when it compiles; tfring/collectives.py refuses them
+// under XLA with a message that names the op.
+//
+// Registered as kernels of XLA's JIT devices directly (REGISTER_KERNEL_BUILDER), not with
+// REGISTER_XLA_OP: the XLA op registry copies its table into the kernel registry once, the
+// first time anything is compiled, so an op library loaded after that (a user who compiled
+// a function before importing tfring) would never be seen.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tfring/kernels/common/types.h"
+#include "tfring/kernels/runtime/global_runtime.h"
+#include "tfring/kernels/tf/xla/xla_call.h"
+#include "xla/hlo/builder/xla_builder.h"
+#include "xla/shape_util.h"
+
+namespace tfring {
+namespace {
+
+using tensorflow::OpKernelConstruction;
+using tensorflow::XlaOpKernel;
+using tensorflow::XlaOpKernelContext;
+
+// One custom call over all of the op's inputs; output i has input i's shape. With
+// `in_place`, output i may share input i's buffer (XLA copies the operand first when it
+// is still needed elsewhere).
+void LowerToCall(XlaOpKernelContext* ctx, const xla_call::Attributes& attrs, bool in_place) {
+  const int n = ctx->num_inputs();
+  std::vector<xla::XlaOp> operands;
+  std::vector<xla::Shape> shapes;
+  std::vector<std::pair<xla::ShapeIndex, std::pair<int64_t, xla::ShapeIndex>>> aliasing;
+  for (int i = 0; i < n; ++i) {
+    auto shape = ctx->InputXlaShape(i);
+    OP_REQUIRES_OK(ctx, shape.status());
+    OP_REQUIRES(ctx, shape->is_static(),
+                absl::InvalidArgumentError(
+                    "tfring under XLA needs tensors of static shape; '" + attrs.name +
+                    "' has shape " + shape->ToString() +
+                    " (give the function an input_signature of fixed shape, or leave XLA off)"));
+    operands.push_back(ctx->Input(i));
+    shapes.push_back(*shape);
+    if (in_place) aliasing.push_back({xla::ShapeIndex{i}, {i, xla::ShapeIndex{}}});
+  }
+  const xla::XlaOp call = xla::CustomCall(
+      ctx->builder(), xla_call::kTarget, operands, xla::ShapeUtil::MakeTupleShape(shapes),
+      xla_call::Encode(attrs), /*has_side_effect=*/true, aliasing, /*literal=*/nullptr,
+      xla::CustomCallSchedule::SCHEDULE_NONE,
+      xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
+  for (int i = 0; i < n; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+}
+
+// The attributes every collective op has; false (with the construction failed) on error.
+bool ReadCommon(OpKernelConstruction* c, CollectiveKind kind, xla_call::Attributes* a) {
+  a->kind = static_cast<int32_t>(kind);
+  absl::Status s = c->GetAttr("tensor_name", &a->name);
+  if (s.ok()) s = c->GetAttr("process_set", &a->process_set);
+  if (!s.ok()) {
+    c->CtxFailure(s);
+    return false;
+  }
+  if (a->name.empty()) {  // only unnamed eager calls have no name, and XLA compiles graphs
+    c->CtxFailure(absl::InvalidArgumentError(
+        "a tfring op without a tensor_name cannot be compiled by XLA (node '" + c->def().name() +
+        "'): build it through tfring's Python functions, which name it"));
+    return false;
+  }
+  return true;
+}
+
+// TfringAllreduce and TfringGroupedAllreduce: one call for all of the op's tensors, so a
+// grouped op's tensors are fused as eagerly.
+class XlaAllreduceOp : public XlaOpKernel {
+ public:
+  explicit XlaAllreduceOp(OpKernelConstruction* c) : XlaOpKernel(c) {
+    if (!ReadCommon(c, CollectiveKind::kAllreduce, &attrs_)) return;
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &attrs_.reduce_op));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &attrs_.prescale));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &attrs_.postscale));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &attrs_.cacheable));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    if (ctx->num_inputs() == 0) return;
+    LowerToCall(ctx, attrs_, /*in_place=*/true);
+  }
+
+ private:
+  xla_call::Attributes attrs_;
+};
+
+class XlaBroadcastOp : public XlaOpKernel {
+ public:
+  explicit XlaBroadcastOp(OpKernelConstruction* c) : XlaOpKernel(c) {
+    if (!ReadCommon(c, CollectiveKind::kBroadcast, &attrs_)) return;
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &attrs_.root_rank));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &attrs_.cacheable));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    if (GlobalRuntime::Get().initialized()) {
+      OP_REQUIRES(ctx, attrs_.root_rank >= 0 && attrs_.root_rank < layout.size,
+                  absl::InvalidArgumentError(
+                      "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
+                      "). Received: root_rank=" + std::to_string(attrs_.root_rank) +
+                      " (tensor '" + attrs_.name + "')"));
+    }
+    LowerToCall(ctx, attrs_, /*in_place=*/true);
+  }
+
+ private:
+  xla_call::Attributes attrs_;
+};
+
+// TfringSize, TfringRank, TfringLocalSize, TfringLocalRank: the value when XLA compiles.
+class XlaLayoutOp : public XlaOpKernel {
+ public:
+  explicit XlaLayoutOp(OpKernelConstruction* c) : XlaOpKernel(c) {}
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
+                absl::FailedPreconditionError(
+                    "tfring has not been initialized: call tfring.init() before XLA compiles "
+                    "a function that uses " + type_string()));
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    const std::string& op = type_string();
+    const int32_t value = op == "TfringSize"        ? layout.size
+                          : op == "TfringRank"      ? layout.rank
+                          : op == "TfringLocalSize" ? layout.local_size
+                                                    : layout.local_rank;
+    ctx->SetOutput(0, xla::ConstantR0<int32_t>(ctx->builder(), value));
+  }
+};
+
+using tensorflow::DEVICE_CPU_XLA_JIT;
+
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU_XLA_JIT), XlaAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU_XLA_JIT),
+                        XlaAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU_XLA_JIT), XlaBroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
+
+}  // namespace
+}  // namespace tfring
