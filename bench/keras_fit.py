@@ -11,7 +11,11 @@ over all processes, of:
   - tfring.keras on N ranks (mpirun --bind-to core), which must end with identical weights;
   - tf.distribute.MultiWorkerMirroredStrategy on N workers (each pinned to a core), with
     tf_keras: TF's own way, which fails with Keras 3's model.fit.
-Each is the median of --repeats runs; the ratio column divides by the one-process figure.
+The first two also with XLA (`jit_compile=True`, which tfring keeps: its allreduce runs
+inside the compiled step); the one-process-on-one-core row too, for the overhead table.
+Each is the median of --repeats runs; the ratio column divides by the faster of the two
+one-process figures (with and without XLA), and the XLA rows say whether the step really
+ran under XLA.
 Timed steps exclude the first --warmup ones (tracing, allocation). A second table gives each
 model's step time in one process pinned to one core (the compute one rank has), and with
 tfring, and tfring's overhead per step: the difference, in microseconds and as a share of
@@ -40,28 +44,28 @@ def parse_result(output, what):
     raise RuntimeError(f"{what} printed no result:\n{output[-3000:]}")
 
 
-def run_single(model, args):
-    proc = subprocess.run([sys.executable, WORKER, "single", *worker_args(model, args)],
+def run_single(model, args, jit=False):
+    proc = subprocess.run([sys.executable, WORKER, "single", *worker_args(model, args, jit)],
                           env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "one process")
 
 
-def run_single_one_core(model, args):
+def run_single_one_core(model, args, jit=False):
     """One process on one core: the compute a rank has, so that tfring's step time minus
     this one is what the collectives cost per step."""
     if not _has_taskset():
         raise RuntimeError("taskset is not installed")
     proc = subprocess.run(["taskset", "-c", "0", sys.executable, WORKER, "single",
-                           *worker_args(model, args)],
+                           *worker_args(model, args, jit)],
                           env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "one process on one core")
 
 
-def run_tfring(model, args):
+def run_tfring(model, args, jit=False):
     # One core per rank when there are enough; otherwise oversubscribe, unbound.
     placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
     cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
-           sys.executable, WORKER, "tfring", *worker_args(model, args)]
+           sys.executable, WORKER, "tfring", *worker_args(model, args, jit)]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "tfring")
 
@@ -76,7 +80,7 @@ def free_ports(n):
     return ports
 
 
-def run_mwms(model, args):
+def run_mwms(model, args, jit=False):
     workers = [f"localhost:{p}" for p in free_ports(args.np)]
     procs = []
     for index in range(args.np):
@@ -95,9 +99,9 @@ def _has_taskset():
     return subprocess.run(["which", "taskset"], capture_output=True).returncode == 0
 
 
-def worker_args(model, args):
+def worker_args(model, args, jit=False):
     return ["--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
-            "--warmup", str(args.warmup)]
+            "--warmup", str(args.warmup)] + (["--jit-compile"] if jit else [])
 
 
 def median_of(runs):
@@ -113,47 +117,65 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-mwms", action="store_true")
+    parser.add_argument("--skip-xla", action="store_true", help="leave out the XLA rows")
     args = parser.parse_args()
 
     print(f"model.fit samples/s (total over processes), batch {args.batch} per process, "
           f"{args.np} ranks, {os.cpu_count()} cores, median of {args.repeats}", flush=True)
     print("| model | set-up | samples/s | ratio to one process | runs | note |")
     print("| --- | --- | ---: | ---: | --- | --- |")
-    setups = [("one process (Keras 3, no tfring)", run_single),
-              (f"tfring, {args.np} ranks", run_tfring),
-              ("one process on one core", run_single_one_core)]
+    # (label, function, XLA); the overhead table pairs rows by these keys.
+    setups = [("one process (Keras 3, no tfring)", run_single, False),
+              (f"tfring, {args.np} ranks", run_tfring, False),
+              ("one process on one core", run_single_one_core, False)]
+    if not args.skip_xla:
+        setups += [("one process, XLA", run_single, True),
+                   (f"tfring, {args.np} ranks, XLA", run_tfring, True),
+                   ("one process on one core, XLA", run_single_one_core, True)]
     if not args.skip_mwms:
-        setups.append((f"MultiWorkerMirroredStrategy, {args.np} workers (tf_keras)", run_mwms))
-    step_ms = {}  # (model, set-up index) -> median step time
+        setups.append((f"MultiWorkerMirroredStrategy, {args.np} workers (tf_keras)", run_mwms,
+                       False))
+    step_ms = {}  # (model, function, XLA) -> median step time
     for model in args.models.split(","):
-        base = None
-        for index, (label, fn) in enumerate(setups):
+        rows = []
+        for label, fn, jit in setups:
             try:
-                runs = [fn(model, args) for _ in range(args.repeats)]
+                runs = [fn(model, args, jit) for _ in range(args.repeats)]
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                print(f"| {model} | {label} | failed | | | {str(e).splitlines()[0][:80]} |",
-                      flush=True)
+                rows.append((label, None, str(e).splitlines()[0][:80]))
                 continue
-            value = median_of(runs)
-            step_ms[(model, index)] = statistics.median(r["step_ms"] for r in runs)
-            base = value if base is None else base
-            note = ""
+            step_ms[(model, fn, jit)] = statistics.median(r["step_ms"] for r in runs)
+            notes = []
             if "identical_weights" in runs[0]:
-                same = all(r["identical_weights"] for r in runs)
-                note = f"identical weights on all ranks: {same}"
+                notes.append("identical weights on all ranks: "
+                             f"{all(r['identical_weights'] for r in runs)}")
+            if jit:
+                notes.append(f"ran under XLA: {all(r.get('jit_compile') for r in runs)}")
             each = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
-            print(f"| {model} | {label} | {value:.0f} | {value / base:.2f} | {each} | {note} |",
-                  flush=True)
+            rows.append((label, median_of(runs), (each, "; ".join(notes))))
+        one_process = [value for label, value, _ in rows
+                       if value is not None and label.startswith("one process") and
+                       "one core" not in label]
+        base = max(one_process) if one_process else None
+        for label, value, rest in rows:
+            if value is None:
+                print(f"| {model} | {label} | failed | | | {rest} |", flush=True)
+            else:
+                ratio = f"{value / base:.2f}" if base else ""
+                print(f"| {model} | {label} | {value:.0f} | {ratio} | {rest[0]} | {rest[1]} |",
+                      flush=True)
     print("\nstep time (median ms) and tfring's overhead per step against one process on "
-          "one core")
-    print("| model | one process, one core | tfring, per rank | overhead us | "
+          "one core (the XLA row against the one-core XLA row)")
+    print("| model | XLA | one process, one core | tfring, per rank | overhead us | "
           "share of tfring's step |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
     for model in args.models.split(","):
-        if (model, 2) in step_ms and (model, 1) in step_ms:
-            one, ring = step_ms[(model, 2)], step_ms[(model, 1)]
-            print(f"| {model} | {one:.2f} | {ring:.2f} | {(ring - one) * 1e3:.0f} | "
-                  f"{(ring - one) / ring:.0%} |", flush=True)
+        for jit in (False, True):
+            one = step_ms.get((model, run_single_one_core, jit))
+            ring = step_ms.get((model, run_tfring, jit))
+            if one is not None and ring is not None:
+                print(f"| {model} | {'yes' if jit else 'no'} | {one:.2f} | {ring:.2f} | "
+                      f"{(ring - one) * 1e3:.0f} | {(ring - one) / ring:.0%} |", flush=True)
 
 
 if __name__ == "__main__":
