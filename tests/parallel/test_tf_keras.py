@@ -202,3 +202,13 @@ def test_tensorflow_module_optimizer_hooks_tf_keras_optimizers(rank, size):
     opt = tfring.DistributedOptimizer(keras.optimizers.SGD(1.0))
     opt.apply_gradients([(tf.constant([float(rank)]), w)])
     np.testing.assert_allclose(w.numpy(), [-np.mean(np.arange(size))])
+
+
+def test_fit_with_jit_compile_keeps_xla(rank, size):
+    # tf_keras compiles the step with XLA too; the hooked aggregation runs inside it.
+    model, opt = fit_distributed(rank, size, keras.optimizers.Adam(0.01), jit_compile=True)
+    assert model._jit_compile is True
+    assert int(opt.iterations) == STEPS
+    assert_same_on_all_ranks(weights_and_optimizer_state(model), "tf_keras xla")
+    assert_close([w.numpy() for w in model.weights],
+                 reference_weights(keras, keras.optimizers.Adam(0.01), STEPS, size))
