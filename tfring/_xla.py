@@ -56,10 +56,12 @@ def check_op(op, display):
         return
     what = op[len("tfring_"):] if op.startswith("tfring_") else op
     if op not in LOWERED_OPS:
+        why = ("its output shape depends on the other ranks' tensors, which XLA must know "
+               "when it compiles" if op not in ("tfring_barrier", "tfring_join") else
+               "it has no XLA lowering yet")
         raise NotImplementedError(
             f"tfring.{what} ('{display}') cannot run inside an XLA-compiled function "
-            "(jit_compile=True): its output shape depends on the other ranks' tensors, which "
-            "XLA must know when it compiles. Under XLA, tfring runs allreduce, "
+            f"(jit_compile=True): {why}. Under XLA, tfring runs allreduce, "
             "grouped_allreduce and broadcast; call this one outside the compiled function, "
             "or compile it with jit_compile=False.")
     reason = why_unavailable()

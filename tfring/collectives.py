@@ -392,6 +392,8 @@ def join():
         The last rank to join, as a scalar int32 tensor (as Horovod; `int()` of it in eager
         mode): the one that ran longest, to broadcast the final state from.
     """
+    if not tf.executing_eagerly():
+        _xla.check_op("tfring_join", "join")
     return _library.ops().tfring_join(eager=tf.executing_eagerly())
 
 

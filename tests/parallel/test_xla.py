@@ -117,6 +117,8 @@ def test_collectives_without_a_lowering_fail_naming_the_op(rank, size):
     with pytest.raises(NotImplementedError, match=r"tfring\.allgather .* cannot run inside an "
                                                   r"XLA-compiled function"):
         gather(tf.zeros([2]))
+    with pytest.raises(NotImplementedError, match=r"tfring\.join .* cannot run inside"):
+        tf.function(tfring.join, jit_compile=True)()
     # Nothing was queued: the next collective pairs as usual.
     np.testing.assert_array_equal(tfring.allreduce(tf.ones([2]), op=tfring.Sum), [size, size])
 
