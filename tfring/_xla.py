@@ -5,12 +5,14 @@ The library lowers some ops to XLA custom calls that the runtime serves
 local_size/local_rank (constants of the compiled function, read when XLA compiles it).
 The others have output shapes that depend on what other ranks hold, which XLA must know
 when it compiles; under XLA they fail when the function is traced, with a message that
-names them. The lowerings run on the host: where a GPU is visible, XLA would place the ops
-on it, and that path is not built yet, so there too they fail early (and tfring's Keras
-optimizer turns XLA off for its train step, tfring/keras/_xla.py).
+names them. Where a GPU is visible, XLA places the ops on it; the GPU handler of the
+lowering is built (GPU builds) but has not run on a GPU yet, so there tfring keeps its ops
+out of XLA (they fail early, and tfring's Keras optimizer turns XLA off for its train step,
+tfring/keras/_xla.py) unless TFRING_XLA_GPU=1 asks to try it.
 """
 
 import functools
+import os
 
 import tensorflow as tf
 
@@ -38,9 +40,11 @@ def why_unavailable():
     if not info.get("xla"):
         reason = info.get("xla_not_built_because") or "it was built before XLA support"
         return f"this build of tfring has no XLA lowerings ({reason})"
-    if tf.config.list_physical_devices("GPU"):
-        return ("a GPU is visible, and tfring's XLA lowerings run on the host only so far "
-                "(docs/xla.md)")
+    gpu_allowed = os.environ.get("TFRING_XLA_GPU", "0").strip().lower() in ("1", "true", "yes",
+                                                                            "on")
+    if tf.config.list_physical_devices("GPU") and not gpu_allowed:
+        return ("a GPU is visible, and the GPU handler of tfring's XLA lowering has not run "
+                "on a GPU yet (TFRING_XLA_GPU=1 tries it; docs/xla.md)")
     return None
 
 

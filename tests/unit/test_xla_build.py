@@ -60,3 +60,21 @@ def test_an_optional_source_that_fails_to_compile_is_returned_not_raised(tmp_pat
     assert "this TensorFlow moved a header" in str(objects[1])
     with pytest.raises(build.BuildError, match="this TensorFlow moved a header"):
         build.compile_all(str(tmp_path / "obj2"), jobs)
+
+
+def test_a_visible_gpu_keeps_tfring_out_of_xla_unless_asked(monkeypatch):
+    import tensorflow as tf
+
+    from tfring import _xla
+
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: ["fake GPU"] if kind == "GPU" else [])
+    _xla.why_unavailable.cache_clear()
+    try:
+        assert "GPU handler" in _xla.why_unavailable()
+        assert not _xla.available()
+        _xla.why_unavailable.cache_clear()
+        monkeypatch.setenv("TFRING_XLA_GPU", "1")
+        assert _xla.available()
+    finally:
+        _xla.why_unavailable.cache_clear()

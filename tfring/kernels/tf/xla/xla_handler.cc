@@ -17,12 +17,8 @@
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/xla/xla_call.h"
+#include "tfring/kernels/tf/xla/xla_handler.h"
 #include "xla/ffi/api/ffi.h"
-
-// Defined in TensorFlow's library (libtensorflow_cc), not declared in its public headers.
-namespace xla::ffi {
-const XLA_FFI_Api* GetXlaFfiApi();
-}  // namespace xla::ffi
 
 namespace tfring {
 namespace {
@@ -87,68 +83,104 @@ class Completion {
   Status first_error_;
 };
 
-ffi::Error RunOnHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t kind,
-                     std::string_view name, int32_t reduce_op, float prescale, float postscale,
-                     int32_t root_rank, ffi::Span<const int32_t> process_set, int32_t cacheable) {
-  const std::string base(name);
+// Reads attribute `name` of the call into `*out`.
+template <typename T, typename Out>
+ffi::Error Read(const ffi::Dictionary& attrs, const char* name, Out* out) {
+  auto value = attrs.get<T>(name);
+  if (value.has_error()) return value.error();
+  *out = static_cast<Out>(*value);
+  return ffi::Error::Success();
+}
+
+#define TFRING_RETURN_IF_FFI_ERROR(expr)       \
+  do {                                         \
+    ffi::Error error_ = (expr);                \
+    if (error_.failure()) return error_;       \
+  } while (0)
+
+ffi::Error RunOnHost(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  std::vector<Entry> entries;
+  TFRING_RETURN_IF_FFI_ERROR(xla_call::MakeEntries(args, rets, attrs, &entries));
+  return xla_call::SubmitAndWait(std::move(entries));
+}
+
+}  // namespace
+
+namespace xla_call {
+
+ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
+                       const ffi::Dictionary& attrs, std::vector<Entry>* entries) {
+  std::string_view name_view;
+  TFRING_RETURN_IF_FFI_ERROR(Read<std::string_view>(attrs, "name", &name_view));
+  const std::string base(name_view);
   if (!GlobalRuntime::Get().initialized()) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "tfring has not been initialized: call tfring.init() before running '" +
                           base + "'");
   }
+  Request r;  // what every tensor of the call shares
+  int32_t kind = 0, reduce_op = 0, cacheable = 1;
+  TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "kind", &kind));
+  TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "reduce_op", &reduce_op));
+  TFRING_RETURN_IF_FFI_ERROR(Read<float>(attrs, "prescale", &r.prescale_factor));
+  TFRING_RETURN_IF_FFI_ERROR(Read<float>(attrs, "postscale", &r.postscale_factor));
+  TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "root_rank", &r.root_rank));
+  TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "cacheable", &cacheable));
+  auto ranks = attrs.get<ffi::Span<const int32_t>>("process_set");
+  if (ranks.has_error()) return ranks.error();
+  r.kind = static_cast<CollectiveKind>(kind);
+  r.reduce_op = static_cast<ReduceOp>(reduce_op);
+  r.cacheable = cacheable != 0;
+  r.process_set.assign(ranks->begin(), ranks->end());
+
   const int n = static_cast<int>(args.size());
   if (n != static_cast<int>(rets.size())) {
     return ffi::Error::Internal("tfring's XLA call '" + base + "' has " + std::to_string(n) +
                                 " operands but " + std::to_string(rets.size()) + " results");
   }
-  std::vector<Entry> entries(n);
+  entries->assign(n, Entry());
   for (int i = 0; i < n; ++i) {
     auto input = args.get<ffi::AnyBuffer>(i);
     auto output = rets.get<ffi::AnyBuffer>(i);
     if (input.has_error()) return input.error();
     if (output.has_error()) return output.error();
-    Entry& e = entries[i];
-    Request& r = e.request;
-    r.name = n == 1 ? base : base + "." + std::to_string(i);
-    if (!FromFfiDataType(input->element_type(), &r.dtype)) {
-      return ffi::Error::InvalidArgument("tfring does not support the XLA element type " +
-                                         std::to_string(static_cast<int>(input->element_type())) +
-                                         " (tensor '" + r.name + "')");
+    Entry& e = (*entries)[i];
+    e.request = r;
+    e.request.name = n == 1 ? base : base + "." + std::to_string(i);
+    if (!FromFfiDataType(input->element_type(), &e.request.dtype)) {
+      return ffi::Error::InvalidArgument(
+          "tfring does not support the XLA element type " +
+          std::to_string(static_cast<int>(input->element_type())) + " (tensor '" +
+          e.request.name + "')");
     }
-    r.kind = static_cast<CollectiveKind>(kind);
-    r.reduce_op = static_cast<ReduceOp>(reduce_op);
-    r.prescale_factor = prescale;
-    r.postscale_factor = postscale;
-    r.root_rank = root_rank;
-    r.process_set.assign(process_set.begin(), process_set.end());
-    r.cacheable = cacheable != 0;
     const auto dims = input->dimensions();
-    r.shape.assign(dims.begin(), dims.end());
+    e.request.shape.assign(dims.begin(), dims.end());
     e.input = input->untyped_data();
     e.output = (*output)->untyped_data();
     e.eager = true;  // XLA's thread waits for this call alone: run it at once (see the top)
   }
-  if (n == 0) return ffi::Error::Success();
-  Completion completion(n);
-  for (Entry& e : entries) e.done = completion.Callback();
+  return ffi::Error::Success();
+}
+
+ffi::Error SubmitAndWait(std::vector<Entry> entries) {
+  if (entries.empty()) return ffi::Error::Success();
+  Completion completion(static_cast<int>(entries.size()));
+  for (Entry& e : entries) {
+    auto wrapped = std::move(e.done);  // a GPU entry's clean-up, if any
+    auto mine = completion.Callback();
+    e.done = wrapped ? std::function<void(const Status&)>([wrapped, mine](const Status& s) {
+      wrapped(s);
+      mine(s);
+    }) : mine;
+  }
   GlobalRuntime::Get().EnqueueAll(std::move(entries));
   return ToFfiError(completion.Wait());
 }
 
-}  // namespace
+}  // namespace xla_call
 
 XLA_FFI_DEFINE_HANDLER(kRunOnHost, RunOnHost,
-                       ffi::Ffi::Bind()
-                           .RemainingArgs()
-                           .RemainingRets()
-                           .Attr<int32_t>("kind")
-                           .Attr<std::string_view>("name")
-                           .Attr<int32_t>("reduce_op")
-                           .Attr<float>("prescale")
-                           .Attr<float>("postscale")
-                           .Attr<int32_t>("root_rank")
-                           .Attr<ffi::Span<const int32_t>>("process_set")
-                           .Attr<int32_t>("cacheable"));
+                       ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs());
 
 XLA_FFI_REGISTER_HANDLER(::xla::ffi::GetXlaFfiApi(), xla_call::kTarget, "Host", kRunOnHost);
 

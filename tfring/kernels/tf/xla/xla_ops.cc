@@ -3,7 +3,8 @@
 // (xla_call.h, xla_handler.cc), so a step keeps XLA and its tensors are reduced in XLA's
 // own buffers.
 //
-// Lowered: allreduce and grouped_allreduce (what the optimizers use), broadcast, and the
+// Lowered for XLA's CPU device (and, in GPU builds, its GPU device): allreduce and
+// grouped_allreduce (what the optimizers use), broadcast, and the
 // layout ops (size, rank, local size and rank: constants of the compiled step, read when
 // XLA compiles it, after init()). The other collectives have output shapes that depend on
 // other ranks, which XLA must know when it compiles; tfring/collectives.py refuses them
@@ -21,6 +22,7 @@
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/types.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/xla/xla_call.h"
@@ -155,6 +157,20 @@ REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU_XLA_JIT), XlaLayout
 REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
 REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
 REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
+
+#if TFRING_WITH_NCCL
+// GPU builds: the same lowerings for XLA's GPU device, served by xla_gpu_handler.cc.
+using tensorflow::DEVICE_GPU_XLA_JIT;
+
+REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_GPU_XLA_JIT), XlaAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU_XLA_JIT),
+                        XlaAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU_XLA_JIT), XlaBroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
+REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
+#endif
 
 }  // namespace
 }  // namespace tfring
