@@ -33,6 +33,8 @@ _REDUCIBLE = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.flo
 _GATHERABLE = _REDUCIBLE + (tf.bool,)
 
 
+_EagerTensor = type(tf.constant(0))  # what eager ops return (TF keeps the class private)
+
 _EAGER_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]( name: \S*)?\s*$")
 
 
@@ -150,6 +152,11 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         >>> total = tfring.allreduce(tf.constant([1.0, 2.0]), op=tfring.Sum, name="x")
     """
     op = _resolve_op(average, op)
+    # (A function being traced may capture an eager tensor: it must build a graph op.)
+    if (type(tensor) is _EagerTensor and not device_dense and op != Adasum and
+            compression is Compression.none and tf.executing_eagerly()):
+        return _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name,
+                                process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if prescale_factor != 1.0 or postscale_factor != 1.0:  # Horovod's rule and error type
             raise NotImplementedError("prescale_factor and postscale_factor are not supported "
@@ -172,6 +179,19 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
                           cacheable=naming_.cacheable,
                           **process_set._op_kwargs("tfring.allreduce"))
         return compression.decompress(reduced, ctx)
+
+
+def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, process_set):
+    """allreduce's most common call, kept short: an eager tensor, no device, compression
+    or Adasum. For a small tensor the Python layer is a sizeable part of the call, so this
+    path does only what the general one would do for it."""
+    naming_ = naming.eager_naming("allreduce", name)
+    _check_dtype(tensor, _REDUCIBLE, "allreduce", naming_.display)
+    return _library.ops().tfring_allreduce(
+        tensor, reduce_op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
+        call_site=naming_.call_site, cacheable=naming_.cacheable, eager=True,
+        **process_set._op_kwargs("tfring.allreduce"))
 
 
 def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):

@@ -53,14 +53,29 @@ _LIBRARY_DIRS = tuple(d for d in (_package_dir(m) for m in ("tfring", "tensorflo
                                                              "tf_keras")) if d)
 
 
-def call_site():
-    """"file.py:LINE" of the nearest caller outside tfring, TensorFlow and Keras."""
-    frame = sys._getframe(1)
+# "file.py:LINE" per (code object, instruction offset) already seen: a training loop's call
+# comes from the same few places, and working out a frame's line number each time is a
+# sizeable part of a small eager collective. Bounded, as a program that generates code
+# could make places without end.
+_SITES = {}
+_SITES_MAX = 4096
+
+
+def call_site(skip=1):
+    """"file.py:LINE" of the nearest caller outside tfring, TensorFlow and Keras (the frames
+    of call_site's caller and the `skip - 1` ones above it are known to be tfring's)."""
+    frame = sys._getframe(skip)
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
         frame = frame.f_back
     if frame is None:
         return ""
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    key = (frame.f_code, frame.f_lasti)
+    site = _SITES.get(key)
+    if site is None:
+        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        if len(_SITES) < _SITES_MAX:
+            _SITES[key] = site
+    return site
 
 
 # "_12" suffixes of name components: TF's per-graph and Keras's per-process numbering.
@@ -78,6 +93,24 @@ def _camel(kind):
 
 # Per graph: how many ops of each name it has (so the k-th gets ".<k>").
 _GRAPH_COUNTS = weakref.WeakKeyDictionary()
+
+
+# Unnamed eager calls' OpNaming per (collective, call site): built once per place.
+_EAGER_UNNAMED = {}
+
+
+def eager_naming(kind, name):
+    """op_naming(kind, name) for a call known to run eagerly."""
+    if name is not None:
+        return OpNaming(str(name), True, "", None, str(name), None)
+    site = call_site(2)
+    naming = _EAGER_UNNAMED.get((kind, site))
+    if naming is None:
+        display = f"unnamed {kind} at {site}" if site else f"unnamed {kind}"
+        naming = OpNaming("", False, site, None, display, None)
+        if len(_EAGER_UNNAMED) < _SITES_MAX:
+            _EAGER_UNNAMED[(kind, site)] = naming
+    return naming
 
 
 def op_naming(kind, name=None, inputs=(), ignore_name_scope=False):

@@ -118,3 +118,16 @@ def test_named_eager_loop_uses_cache(rank, size):
 def test_zero_element_tensor(rank, size):
     got = tfring.allreduce(tf.zeros([0, 3]), name="empty")
     assert got.shape == (0, 3)
+
+
+def test_unnamed_allreduce_of_a_captured_eager_tensor_builds_a_graph_op(rank, size):
+    # The function captures an eager tensor: its op is a graph op, named after the graph
+    # (not numbered at run time as eager calls are).
+    x = tf.constant([float(rank)])
+    f = tf.function(lambda: tfring.allreduce(x, op=tfring.Sum))
+    graph = f.get_concrete_function().graph
+    names = [o.get_attr("tensor_name") for o in graph.get_operations()
+             if o.type == "TfringAllreduce"]
+    assert names and all(names), names
+    for _ in range(3):
+        np.testing.assert_array_equal(f(), [sum(range(size))])
