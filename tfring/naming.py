@@ -9,8 +9,9 @@ tfring pairs the tensors of different ranks by name. Where a name comes from:
   first and last input; no scope with `ignore_name_scope=True`), with ".<k>" added to the
   k-th further op of that name in the same graph. The numbers TensorFlow and Keras append
   per process ("sequential_3/dense_12/MatMul_1") are left out: they count what the process
-  built before, so a rank that made one more layer or op has other numbers. Ops they told
-  apart are told apart by k instead, in the order the graph is built. So the name depends
+  built before, so a rank that made one more layer or op has other numbers, and so are
+  the numbers TF names captured eager tensors by ("3:0" becomes "captured:0"). Ops they
+  told apart are told apart by k instead, in the order the graph is built. So the name depends
   on the graph being built, never on the process's history: a rank that retraced a function
   (a shorter last batch) or built another graph or model first still agrees with the others.
 - An unnamed eager call is named by the runtime when it is queued: "unnamed.<n>", n
@@ -83,8 +84,13 @@ _AUTO_NUMBERS = re.compile(r"(_\d+)+(?=/|:|$)")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
 
 
+# A name component that is only a number: an eager tensor a function captured becomes a
+# constant named by a counter of the process ("3:0"), which differs between ranks.
+_NUMBER_NAMES = re.compile(r"(?:^|(?<=/))\d+(?=/|:|$)")
+
+
 def _stable(name):
-    return _AUTO_NUMBERS.sub("", name)
+    return _NUMBER_NAMES.sub("captured", _AUTO_NUMBERS.sub("", name))
 
 
 def _camel(kind):

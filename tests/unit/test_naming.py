@@ -90,3 +90,18 @@ def test_unnamed_eager_calls_reuse_one_kernel():
     tfring.init()
     for i in range(3):
         assert tfring.allreduce(tf.constant([float(i)]), op=tfring.Sum).numpy()[0] == i
+
+
+def test_a_captured_eager_tensor_is_named_alike_whatever_the_process_made_before():
+    # TF names the constant a function makes of a captured eager tensor by a process-wide
+    # counter ("3:0"), which differs between ranks that made different numbers of tensors.
+    def names_after(extra_tensors):
+        for _ in range(extra_tensors):
+            tf.constant(0.0)
+        x = tf.constant([1.0])
+        f = tf.function(lambda: [tfring.allreduce(x), tfring.allreduce(x)])
+        return _tensor_names(f.get_concrete_function().graph, "TfringAllreduce")
+
+    first, second = names_after(0), names_after(5)
+    assert first == second == ["TfringAllreduce_captured_0", "TfringAllreduce_captured_0.1"], \
+        (first, second)
