@@ -147,29 +147,20 @@ class XlaLayoutOp : public XlaOpKernel {
   }
 };
 
-using tensorflow::DEVICE_CPU_XLA_JIT;
+// Every lowered op, for one of XLA's JIT devices.
+#define TFRING_REGISTER_XLA_KERNELS(device)                                                 \
+  REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(device), XlaAllreduceOp);          \
+  REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(device), XlaAllreduceOp);   \
+  REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(device), XlaBroadcastOp);          \
+  REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(device), XlaLayoutOp);                  \
+  REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(device), XlaLayoutOp);                  \
+  REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(device), XlaLayoutOp);             \
+  REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(device), XlaLayoutOp)
 
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU_XLA_JIT), XlaAllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU_XLA_JIT),
-                        XlaAllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU_XLA_JIT), XlaBroadcastOp);
-REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_CPU_XLA_JIT), XlaLayoutOp);
-
+TFRING_REGISTER_XLA_KERNELS(tensorflow::DEVICE_CPU_XLA_JIT);
 #if TFRING_WITH_NCCL
 // GPU builds: the same lowerings for XLA's GPU device, served by xla_gpu_handler.cc.
-using tensorflow::DEVICE_GPU_XLA_JIT;
-
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_GPU_XLA_JIT), XlaAllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU_XLA_JIT),
-                        XlaAllreduceOp);
-REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU_XLA_JIT), XlaBroadcastOp);
-REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_GPU_XLA_JIT), XlaLayoutOp);
+TFRING_REGISTER_XLA_KERNELS(tensorflow::DEVICE_GPU_XLA_JIT);
 #endif
 
 }  // namespace
