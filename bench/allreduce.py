@@ -46,11 +46,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_allreduce_worker.py")
 BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout's tfringrun, without TensorFlow
+from tfringrun import launcher  # noqa: E402
 
 
 def run_job(mode, args, mpi_yield=None):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    if not args.no_huge_pages:  # as tfringrun starts ranks, for every job (like with like)
+        env = launcher.with_huge_pages(env)
     if mode == "raw":
         env.pop("OMPI_MCA_mpi_yield_when_idle", None)  # Open MPI's own default
         if mpi_yield is not None:
@@ -193,7 +197,15 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--max-mib", type=float, default=64)
     parser.add_argument("--json", help="also write both jobs' figures here")
+    parser.add_argument("--no-huge-pages", action="store_true",
+                        help="run every job without the transparent huge pages for malloc "
+                             "that tfringrun asks glibc for (GLIBC_TUNABLES)")
     args = parser.parse_args()
+    if args.no_huge_pages:
+        print("# every job without tfringrun's huge pages for malloc (--no-huge-pages)")
+    else:
+        print(f"# every job with GLIBC_TUNABLES={launcher.HUGE_PAGES_TUNABLE}, as tfringrun "
+              "starts ranks (--no-huge-pages: without)")
     raw = [run_job("raw", args)]
     ring = run_job("tfring", args)
     raw.append(run_job("raw", args))

@@ -55,7 +55,7 @@ def build_info():
 # Variables every rank needs from the launching shell (on other hosts too): the settings,
 # and what makes `python` there the same Python with the same packages.
 EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")
-EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND")
+EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND", "GLIBC_TUNABLES")
 
 
 def check_build(out=sys.stdout):
@@ -170,6 +170,8 @@ def parse_args(argv):
     p.add_argument("--hierarchical-allreduce", action="store_true",
                    help="TFRING_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, "
                         "then across hosts")
+    p.add_argument("--no-huge-pages", action="store_true",
+                   help="leave malloc's transparent huge pages off (see README, Settings)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
     p.add_argument("--mpi-args", default="",
                    help="more options for mpirun itself, as one quoted string")
@@ -221,9 +223,27 @@ def _hostfile_for_openmpi(path):
     return lines
 
 
+# glibc >= 2.35 then asks the kernel for transparent huge pages for the memory malloc maps
+# (where THP is "madvise", as on many distributions), and TensorFlow's tensors come from
+# malloc. MPI moves a large tensor 20-40% faster from huge pages (docs/benchmarks.md, 4 to
+# 64 MiB). Older glibc ignores the setting.
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def with_huge_pages(env):
+    """`env` with HUGE_PAGES_TUNABLE added to GLIBC_TUNABLES, unless it names hugetlb."""
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in tunables:
+        return env
+    return dict(env, GLIBC_TUNABLES=f"{tunables}:{HUGE_PAGES_TUNABLE}" if tunables else
+                HUGE_PAGES_TUNABLE)
+
+
 def build_command(args, env, mpirun, flavor, is_root):
     """(argv, env) for the mpirun that starts the job."""
     env = dict(env, **settings_env(args))
+    if not args.no_huge_pages:
+        env = with_huge_pages(env)
     cmd = [mpirun]
     if args.np is not None:
         cmd += ["-np", str(args.np)]

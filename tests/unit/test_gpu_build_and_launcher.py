@@ -91,7 +91,8 @@ def test_command_line_for_open_mpi_as_root():
     assert set(exported) == {"PATH", "TFRING_LOG_LEVEL", "NCCL_DEBUG", "TFRING_FUSION_THRESHOLD",
                              "TFRING_CYCLE_TIME", "TFRING_HIERARCHICAL_ALLREDUCE",
                              "TFRING_TIMELINE", "TFRING_TIMELINE_MARK_CYCLES",
-                             "TFRING_AUTOTUNE", "TFRING_AUTOTUNE_LOG"}
+                             "TFRING_AUTOTUNE", "TFRING_AUTOTUNE_LOG", "GLIBC_TUNABLES"}
+    assert out_env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
     assert out_env["TFRING_AUTOTUNE"] == "1" and out_env["TFRING_AUTOTUNE_LOG"] == "/t/a.csv"
     assert out_env["TFRING_TIMELINE"] == "/t/tl.json"
     assert cmd[-4:] == ["python", "train.py", "--epochs", "3"]  # the program's own options
@@ -100,12 +101,28 @@ def test_command_line_for_open_mpi_as_root():
     assert out_env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" == out_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
 
 
+def test_huge_pages_join_the_users_tunables_and_can_be_left_off():
+    args = _args("-np", "2", "python", "t.py")
+    _, env = launcher.build_command(args, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},
+                                    "mpirun", "openmpi", is_root=False)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    _, env = launcher.build_command(args, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"},
+                                    "mpirun", "openmpi", is_root=False)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"  # the user's choice stands
+    cmd, env = launcher.build_command(_args("--no-huge-pages", "-np", "2", "python", "t.py"),
+                                      {}, "mpirun", "openmpi", is_root=False)
+    assert "GLIBC_TUNABLES" not in env and "GLIBC_TUNABLES" not in cmd
+
+
 def test_command_line_for_mpich_hydra():
     args = _args("-np", "2", "--hostfile", __file__, "python", "t.py")
     cmd, _ = launcher.build_command(args, {"TFRING_CYCLE_TIME": "2"}, "mpirun", "mpich",
                                     is_root=False)
     assert cmd[cmd.index("-f") + 1] == __file__
-    assert ["-genv", "TFRING_CYCLE_TIME", "2"] == cmd[cmd.index("-genv"):cmd.index("-genv") + 3]
+    i = cmd.index("TFRING_CYCLE_TIME")
+    assert cmd[i - 1:i + 2] == ["-genv", "TFRING_CYCLE_TIME", "2"]
+    i = cmd.index("GLIBC_TUNABLES")
+    assert cmd[i - 1:i + 2] == ["-genv", "GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"]
     assert "--oversubscribe" not in cmd
 
 
