@@ -1,7 +1,8 @@
 """tfring's collectives inside functions that XLA compiles (jit_compile=True).
 
 The library lowers some ops to XLA custom calls that the runtime serves
-(tfring/kernels/tf/xla): allreduce and grouped_allreduce, broadcast, and size/rank/
+(tfring/kernels/tf/xla): allreduce and grouped_allreduce, broadcast, reducescatter (each
+rank's block of rows is known when XLA compiles), and size/rank/
 local_size/local_rank (constants of the compiled function, read when XLA compiles it).
 The others have output shapes that depend on what other ranks hold, which XLA must know
 when it compiles; under XLA they fail when the function is traced, with a message that
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 # Generated op wrappers (tfring._library.ops()) that have an XLA lowering.
 LOWERED_OPS = frozenset({"tfring_allreduce", "tfring_grouped_allreduce", "tfring_broadcast",
-                         "tfring_size", "tfring_rank", "tfring_local_size",
+                         "tfring_reducescatter", "tfring_size", "tfring_rank", "tfring_local_size",
                          "tfring_local_rank"})
 
 
@@ -66,7 +67,8 @@ def check_op(op, display):
         raise NotImplementedError(
             f"tfring.{what} ('{display}') cannot run inside an XLA-compiled function "
             f"(jit_compile=True): {why}. Under XLA, tfring runs allreduce, "
-            "grouped_allreduce and broadcast; call this one outside the compiled function, "
+            "grouped_allreduce, broadcast and reducescatter; call this one outside the "
+            "compiled function, "
             "or compile it with jit_compile=False.")
     reason = why_unavailable()
     if reason is not None:

@@ -89,8 +89,8 @@ def check_build(out=sys.stdout):
         else:
             nccl_line = f"not built ({record.get('nccl_not_built_because') or 'no NCCL found'})"
         if record.get("xla"):
-            xla_line = ("built: allreduce, grouped_allreduce, broadcast run inside "
-                        "jit_compile=True functions on the host")
+            xla_line = ("built: allreduce, grouped_allreduce, broadcast, reducescatter run "
+                        "inside jit_compile=True functions on the host")
         else:
             xla_line = (f"not built ({record.get('xla_not_built_because') or 'an older build'}): "
                         "XLA stays off for steps with tfring's ops")

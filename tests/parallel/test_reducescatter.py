@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from _util import MODES, rank_input, run
+from _util import XLA_MODES, rank_input, run
 
 OPS = {"Sum": tfring.Sum, "Average": tfring.Average, "Min": tfring.Min, "Max": tfring.Max,
        "Product": tfring.Product}
@@ -27,7 +27,7 @@ def reduced(op_name, dtype, shape, size):
     return {"Sum": stack.sum, "Min": stack.min, "Max": stack.max, "Product": stack.prod}[op_name](0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", XLA_MODES)
 @pytest.mark.parametrize("dtype", [tf.float32, tf.int32, tf.float16], ids=lambda d: d.name)
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_reducescatter_uneven_rows(op_name, dtype, mode, rank, size):
@@ -84,3 +84,18 @@ def test_reducescatter_errors(rank, size):
     with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched shapes for tensor 'rs.mismatch': rank 0 sent \[4\]"):
         tfring.reducescatter(tf.ones([rows]), name="rs.mismatch")
+
+
+def test_reducescatter_under_xla_with_scale_factors_and_a_process_set(rank, size):
+    # A block of rows per member, known when XLA compiles; a non-member builds nothing.
+    members = tfring.ProcessSet([0, 1])
+    x = tf.constant(rank_input(rank, (5, 2), tf.float64, low=-2, high=3))
+    step = tf.function(lambda t: tfring.reducescatter(
+        t, op=tfring.Sum, prescale_factor=2.0, postscale_factor=0.75, name="rs.xla.set",
+        process_set=members), jit_compile=True)
+    if rank > 1:
+        return
+    got = step(x).numpy()
+    start, end = blocks(5, 2)[rank]
+    total = sum(rank_input(r, (5, 2), tf.float64, low=-2, high=3) for r in (0, 1))
+    np.testing.assert_allclose(got, 1.5 * total[start:end])

@@ -4,9 +4,9 @@
 // own buffers.
 //
 // Lowered for XLA's CPU device (and, in GPU builds, its GPU device): allreduce and
-// grouped_allreduce (what the optimizers use), broadcast, and the
+// grouped_allreduce (what the optimizers use), broadcast, reducescatter, and the
 // layout ops (size, rank, local size and rank: constants of the compiled step, read when
-// XLA compiles it, after init()). The other collectives have output shapes that depend on
+// XLA compiles it, after init()). allgather and alltoall have output shapes that depend on
 // other ranks, which XLA must know when it compiles; tfring/collectives.py refuses them
 // under XLA with a message that names the op.
 //
@@ -14,6 +14,7 @@
 // REGISTER_XLA_OP: the XLA op registry copies its table into the kernel registry once, the
 // first time anything is compiled, so an op library loaded after that (a user who compiled
 // a function before importing tfring) would never be seen.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/types.h"
+#include "tfring/kernels/core/message.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/xla/xla_call.h"
 #include "xla/hlo/builder/xla_builder.h"
@@ -36,30 +38,45 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::XlaOpKernel;
 using tensorflow::XlaOpKernelContext;
 
-// One custom call over all of the op's inputs; output i has input i's shape. With
-// `in_place`, output i may share input i's buffer (XLA copies the operand first when it
-// is still needed elsewhere).
-void LowerToCall(XlaOpKernelContext* ctx, const xla_call::Attributes& attrs, bool in_place) {
+// Input i's shape, row-major (the runtime reads buffers in that order: it matters for
+// reducescatter's blocks of rows); false (with the context failed) unless it is static.
+bool RowMajorShape(XlaOpKernelContext* ctx, int i, const std::string& name, xla::Shape* out) {
+  auto shape = ctx->InputXlaShape(i);
+  if (!shape.ok()) {
+    ctx->CtxFailure(shape.status());
+    return false;
+  }
+  if (!shape->is_static()) {
+    ctx->CtxFailure(absl::InvalidArgumentError(
+        "tfring under XLA needs tensors of static shape; '" + name + "' has shape " +
+        shape->ToString() +
+        " (give the function an input_signature of fixed shape, or leave XLA off)"));
+    return false;
+  }
+  *out = xla::ShapeUtil::MakeShapeWithDescendingLayout(shape->element_type(),
+                                                       shape->dimensions());
+  return true;
+}
+
+// One custom call over all of the op's inputs. Output i has input i's shape, or
+// `results[i]` when given. With `in_place`, output i may share input i's buffer (XLA copies
+// the operand first when it is still needed elsewhere).
+void LowerToCall(XlaOpKernelContext* ctx, const xla_call::Attributes& attrs, bool in_place,
+                 std::vector<xla::Shape> results = {}) {
   const int n = ctx->num_inputs();
   std::vector<xla::XlaOp> operands;
-  std::vector<xla::Shape> shapes;
+  std::vector<xla::Shape> shapes(n);
   std::vector<std::pair<xla::ShapeIndex, std::pair<int64_t, xla::ShapeIndex>>> aliasing;
   for (int i = 0; i < n; ++i) {
-    auto shape = ctx->InputXlaShape(i);
-    OP_REQUIRES_OK(ctx, shape.status());
-    OP_REQUIRES(ctx, shape->is_static(),
-                absl::InvalidArgumentError(
-                    "tfring under XLA needs tensors of static shape; '" + attrs.name +
-                    "' has shape " + shape->ToString() +
-                    " (give the function an input_signature of fixed shape, or leave XLA off)"));
+    if (!RowMajorShape(ctx, i, attrs.name, &shapes[i])) return;
     operands.push_back(ctx->Input(i));
-    shapes.push_back(*shape);
     if (in_place) aliasing.push_back({xla::ShapeIndex{i}, {i, xla::ShapeIndex{}}});
   }
-  const xla::XlaOp call = xla::CustomCall(
-      ctx->builder(), xla_call::kTarget, operands, xla::ShapeUtil::MakeTupleShape(shapes),
-      xla_call::Encode(attrs), /*has_side_effect=*/true, aliasing, /*literal=*/nullptr,
-      xla::CustomCallSchedule::SCHEDULE_NONE,
+  if (results.empty()) results = shapes;
+  const xla::XlaOp call = xla::CustomCallWithLayout(
+      ctx->builder(), xla_call::kTarget, operands, xla::ShapeUtil::MakeTupleShape(results),
+      shapes, xla_call::Encode(attrs), /*has_side_effect=*/true, aliasing,
+      /*literal=*/nullptr, xla::CustomCallSchedule::SCHEDULE_NONE,
       xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
   for (int i = 0; i < n; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
 }
@@ -127,6 +144,49 @@ class XlaBroadcastOp : public XlaOpKernel {
   xla_call::Attributes attrs_;
 };
 
+// TfringReducescatter: this rank's block of rows is known when XLA compiles (the set's size
+// and this rank's place in it, after init()).
+class XlaReducescatterOp : public XlaOpKernel {
+ public:
+  explicit XlaReducescatterOp(OpKernelConstruction* c) : XlaOpKernel(c) {
+    if (!ReadCommon(c, CollectiveKind::kReducescatter, &attrs_)) return;
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &attrs_.reduce_op));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &attrs_.prescale));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &attrs_.postscale));
+    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &attrs_.cacheable));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
+                absl::FailedPreconditionError(
+                    "tfring has not been initialized: call tfring.init() before XLA compiles "
+                    "reducescatter '" + attrs_.name + "'"));
+    xla::Shape in;
+    if (!RowMajorShape(ctx, 0, attrs_.name, &in)) return;
+    OP_REQUIRES(ctx, in.dimensions_size() >= 1,
+                absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
+                                           attrs_.name + "' is a scalar"));
+    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    int size = layout.size, position = layout.rank;
+    if (!attrs_.process_set.empty()) {
+      const auto& set = attrs_.process_set;
+      const auto it = std::find(set.begin(), set.end(), layout.rank);
+      OP_REQUIRES(ctx, it != set.end(),
+                  absl::InvalidArgumentError(
+                      "rank " + std::to_string(layout.rank) + " is not in the process set of '" +
+                      attrs_.name + "': only its members may submit it"));
+      size = static_cast<int>(set.size());
+      position = static_cast<int>(it - set.begin());
+    }
+    xla::Shape out = in;
+    out.set_dimensions(0, ReducescatterRows(in.dimensions(0), size)[position]);
+    LowerToCall(ctx, attrs_, /*in_place=*/false, {out});
+  }
+
+ private:
+  xla_call::Attributes attrs_;
+};
+
 // TfringSize, TfringRank, TfringLocalSize, TfringLocalRank: the value when XLA compiles.
 class XlaLayoutOp : public XlaOpKernel {
  public:
@@ -152,6 +212,7 @@ class XlaLayoutOp : public XlaOpKernel {
   REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(device), XlaAllreduceOp);          \
   REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(device), XlaAllreduceOp);   \
   REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(device), XlaBroadcastOp);          \
+  REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(device), XlaReducescatterOp);  \
   REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(device), XlaLayoutOp);                  \
   REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(device), XlaLayoutOp);                  \
   REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(device), XlaLayoutOp);             \
