@@ -99,16 +99,21 @@ bool ReadCommon(OpKernelConstruction* c, CollectiveKind kind, xla_call::Attribut
   return true;
 }
 
+// ReadCommon, then the attributes of a reducing op (allreduce, reducescatter).
+void ReadReducing(OpKernelConstruction* c, CollectiveKind kind, xla_call::Attributes* a) {
+  if (!ReadCommon(c, kind, a)) return;
+  OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &a->reduce_op));
+  OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &a->prescale));
+  OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &a->postscale));
+  OP_REQUIRES_OK(c, c->GetAttr("cacheable", &a->cacheable));
+}
+
 // TfringAllreduce and TfringGroupedAllreduce: one call for all of the op's tensors, so a
 // grouped op's tensors are fused as eagerly.
 class XlaAllreduceOp : public XlaOpKernel {
  public:
   explicit XlaAllreduceOp(OpKernelConstruction* c) : XlaOpKernel(c) {
-    if (!ReadCommon(c, CollectiveKind::kAllreduce, &attrs_)) return;
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &attrs_.reduce_op));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &attrs_.prescale));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &attrs_.postscale));
-    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &attrs_.cacheable));
+    ReadReducing(c, CollectiveKind::kAllreduce, &attrs_);
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -149,11 +154,7 @@ class XlaBroadcastOp : public XlaOpKernel {
 class XlaReducescatterOp : public XlaOpKernel {
  public:
   explicit XlaReducescatterOp(OpKernelConstruction* c) : XlaOpKernel(c) {
-    if (!ReadCommon(c, CollectiveKind::kReducescatter, &attrs_)) return;
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &attrs_.reduce_op));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &attrs_.prescale));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &attrs_.postscale));
-    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &attrs_.cacheable));
+    ReadReducing(c, CollectiveKind::kReducescatter, &attrs_);
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
