@@ -154,15 +154,15 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
         return grads
     wire_op, prescale, postscale = _scale_factors(op, gradient_predivide_factor, set_size)
     names = gradient_names(kind, variables)
-    if sparse_as_dense:
-        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                 for g in grads]
     if _xla.in_xla_context():
         # Under XLA each op is one call that runs alone, and allgather has no lowering
         # (tfring/_xla.py): one group gives the runtime the step's gradients at once, to fuse
         # as it fuses separate ops eagerly, and sparse gradients are reduced as dense ones.
         sparse_as_dense = True
         groups = 1 if groups is None else groups
+    if sparse_as_dense:
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
     if op == collectives.Adasum and groups is None:
         # Adasum's exchanges carry whole tensors pairwise: one group makes one exchange per
         # tree level for the whole model (each gradient keeps its own coefficients).

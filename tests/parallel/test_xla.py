@@ -186,3 +186,20 @@ def test_any_name_survives_the_trip_through_xla(rank, size):
                        match=re.escape(f"Mismatched shapes for tensor '{odd}!'")):
         tf.function(lambda x: tfring.allreduce(x, name=odd + "!"), jit_compile=True)(
             tf.zeros([1 + rank]))
+
+
+def test_a_sparse_gradient_under_xla_is_reduced_as_a_dense_one(rank, size):
+    # tf.gather's gradient is tf.IndexedSlices, whose eager reduction is an allgather (no
+    # XLA lowering): under XLA the tape reduces it densely instead.
+    table = tf.Variable(np.zeros((4, 2), np.float32))
+
+    @tf.function(jit_compile=True)
+    def grads():
+        with tfring.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = tf.reduce_sum(tf.gather(table, [rank % 4]) * (rank + 1.0))
+        return tf.convert_to_tensor(tape.gradient(loss, [table])[0])
+
+    want = np.zeros((4, 2), np.float32)
+    for r in range(size):
+        want[r % 4] += (r + 1.0) / size
+    np.testing.assert_allclose(grads(), want, rtol=1e-6)
