@@ -2,13 +2,24 @@
 
 namespace tfring {
 
-Packed PlanPacked(const std::vector<Entry*>& group) {
+Packed PlanPacked(const std::vector<Entry*>& group, int64_t alignment) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(group.size());
+  for (const Entry* e : group) bytes.push_back(TensorBytes(e->request));
+  return PlanPackedBytes(std::move(bytes), alignment);
+}
+
+Packed PlanPackedBytes(std::vector<int64_t> bytes, int64_t alignment) {
   Packed p;
-  for (const Entry* e : group) {
-    p.offsets.push_back(p.total_bytes);
-    p.bytes.push_back(TensorBytes(e->request));
-    p.total_bytes += p.bytes.back();
+  p.offsets.reserve(bytes.size());
+  int64_t end = 0;
+  for (int64_t b : bytes) {
+    const int64_t offset = (end + alignment - 1) / alignment * alignment;
+    p.offsets.push_back(offset);
+    end = offset + b;
   }
+  p.bytes = std::move(bytes);
+  p.total_bytes = end;
   return p;
 }
 

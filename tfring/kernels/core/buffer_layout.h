@@ -2,7 +2,11 @@
 // host and device executors, so that they pack and unpack alike and differ only in how
 // they copy bytes (memcpy, or a copy on the GPU stream).
 //
-// Allreduce and broadcast: whole tensors, one after another, in group order.
+// Allreduce and broadcast: whole tensors, one after another, in group order. The host
+// executor's allreduce starts each tensor at a multiple of kHostAllreduceAlignment (the
+// gaps are zeroed), so that a grouped op's kernel can lay its outputs out the same way
+// inside one buffer, each output aligned as TensorFlow requires, and the reduction then
+// runs in the outputs themselves (Entry::output_region).
 // Allgather: rank r's block of the gathered buffer holds rank r's rows of every tensor of the group,
 // tensor after tensor; output i needs its rows from every block, in rank order. A lone
 // tensor's block is its output's slice, so it needs no unpacking.
@@ -16,12 +20,18 @@
 
 namespace tfring {
 
+// TensorFlow's tensors must start at a multiple of 64 bytes (Eigen's widest alignment).
+constexpr int64_t kHostAllreduceAlignment = 64;
+
 struct Packed {
   std::vector<int64_t> offsets;  // bytes: where group[i] starts in the buffer
   std::vector<int64_t> bytes;    // group[i]'s bytes
-  int64_t total_bytes = 0;
+  int64_t total_bytes = 0;       // up to the end of the last tensor
 };
-Packed PlanPacked(const std::vector<Entry*>& group);
+// Each tensor starts at the next multiple of `alignment` bytes (1: packed tight).
+Packed PlanPacked(const std::vector<Entry*>& group, int64_t alignment = 1);
+// The same plan from the tensors' sizes in bytes.
+Packed PlanPackedBytes(std::vector<int64_t> bytes, int64_t alignment);
 
 struct GatherPiece {
   size_t tensor;         // index in the group

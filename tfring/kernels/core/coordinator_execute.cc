@@ -77,11 +77,10 @@ Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scrat
 
 // Bytes a response moves through the fusion buffer (the same on every rank).
 int64_t ResponseBytes(const Response& r) {
-  const Request sig = SignatureOf(r);
-  if (r.kind != CollectiveKind::kAllgather) return TensorBytes(sig);
+  if (r.kind != CollectiveKind::kAllgather) return TensorBytes(r);
   int64_t rows = 0;
   for (int64_t d : r.first_dims) rows += d;
-  return rows * RowBytes(sig);
+  return rows * RowBytes(r);
 }
 
 // A backend's failure, said where it happened: the collective, its tensors and this rank.
@@ -174,6 +173,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   std::vector<Response> runs;  // what the executors see: roots as positions in the set
   runs.reserve(responses.size());
   std::vector<Entry*> entries;
+  entries.reserve(responses.size());
   std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
   for (const Response* rp : responses) {
     Response r = *rp;

@@ -15,6 +15,27 @@ void CopyBytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
 }
 
+// True when the group's outputs lie in one region exactly as `packed` places them, so that
+// the region can serve as the fusion buffer. The region must hold the whole span, gaps
+// included: they are written too, and memory between separately allocated outputs may
+// belong to someone else.
+bool OutputsLaidOutAs(const std::vector<Entry*>& group, const Packed& packed) {
+  const Entry& first = *group[0];
+  if (first.output_region == nullptr) return false;
+  const char* base = static_cast<const char*>(first.output);
+  const char* region = static_cast<const char*>(first.output_region);
+  if (base < region || base + packed.total_bytes > region + first.output_region_bytes) {
+    return false;
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (group[i]->output_region != first.output_region ||
+        static_cast<const char*>(group[i]->output) != base + packed.offsets[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 HostExecutor::HostExecutor(std::unique_ptr<Backend> backend, int rank, int size)
@@ -64,11 +85,17 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     Postprocess(e, r, e.output, count);
     return Status::OK();
   }
-  const Packed packed = PlanPacked(group);
-  char* buffer = FusionBuffer(0, packed.total_bytes);
+  const Packed packed = PlanPacked(group, kHostAllreduceAlignment);
+  const bool in_outputs = OutputsLaidOutAs(group, packed);
+  char* buffer = in_outputs ? static_cast<char*>(group[0]->output)
+                            : FusionBuffer(0, packed.total_bytes);
   Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
+    if (i + 1 < group.size()) {  // the gap before the next tensor: zeros, on every rank
+      const int64_t end = packed.offsets[i] + packed.bytes[i];
+      std::memset(buffer + end, 0, packed.offsets[i + 1] - end);
+    }
     if (group[i]->request.prescale_factor != 1.0) {
       ScaleInPlace(dtype, group[i]->request.prescale_factor, buffer + packed.offsets[i],
                    packed.bytes[i] / esize);
@@ -78,10 +105,10 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
         Timeline::GroupArgs(group, packed.total_bytes));
   TFRING_RETURN_IF_ERROR(
       backend_->Allreduce(buffer, buffer, packed.total_bytes / esize, dtype, wire_op));
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (!in_outputs) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     Postprocess(*group[i], r, buffer + packed.offsets[i], packed.bytes[i] / esize);
-    CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
+    if (!in_outputs) CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
   }
   return Status::OK();
 }

@@ -149,11 +149,11 @@ std::vector<int64_t> ReducescatterRows(int64_t rows, int size) {
   return out;
 }
 
-int64_t TensorBytes(const Request& r) {
+int64_t TensorBytes(const Signature& r) {
   return NumElements(r.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
 }
 
-int64_t RowBytes(const Request& r) {
+int64_t RowBytes(const Signature& r) {
   int64_t n = static_cast<int64_t>(DataTypeSize(r.dtype));
   for (size_t d = 1; d < r.shape.size(); ++d) n *= r.shape[d];
   return n;

@@ -102,8 +102,8 @@ int Contributors(const Response& r, int set_size);
 std::vector<int64_t> ReducescatterRows(int64_t rows, int size);
 
 // Bytes of the whole tensor, and of one row (all dimensions but the first).
-int64_t TensorBytes(const Request& r);
-int64_t RowBytes(const Request& r);
+int64_t TensorBytes(const Signature& r);
+int64_t RowBytes(const Signature& r);
 
 // Sent by rank 0 after each full negotiation round.
 struct ResponseList {

@@ -9,6 +9,7 @@
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tfring/kernels/common/build_config.h"
+#include "tfring/kernels/core/buffer_layout.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/adapter.h"
 #include "tfring/kernels/tf/submit.h"
@@ -64,6 +65,34 @@ std::function<Status(const Shape&, void**)> OutputAllocator(OpKernelContext* ctx
   };
 }
 
+// A grouped allreduce of host tensors: its outputs are slices of one buffer, laid out as
+// the host executor packs a fused group (buffer_layout.h), so that the reduction runs in
+// them when the group travels as one (Entry::output_region): no copy out of a fusion
+// buffer, and no attempt per tensor to forward its input.
+absl::Status OutputsInOneRegion(OpKernelContext* ctx, std::vector<Entry>* entries) {
+  const int n = ctx->num_inputs();
+  std::vector<int64_t> bytes(n);
+  for (int i = 0; i < n; ++i) bytes[i] = ctx->input(i).TotalBytes();
+  const Packed packed = PlanPackedBytes(std::move(bytes), kHostAllreduceAlignment);
+  Tensor region;
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT8,
+                                        tensorflow::TensorShape({packed.total_bytes}), &region));
+  char* base = static_cast<char*>(MutableDataOf(&region));
+  for (int i = 0; i < n; ++i) {
+    const Tensor& input = ctx->input(i);
+    Tensor output;
+    TF_RETURN_IF_ERROR(output.BitcastFrom(
+        region.Slice(packed.offsets[i], packed.offsets[i] + packed.bytes[i]), input.dtype(),
+        input.shape()));
+    ctx->set_output(i, output);
+    Entry& e = (*entries)[i];
+    e.output = base + packed.offsets[i];
+    e.output_region = base;
+    e.output_region_bytes = packed.total_bytes;
+  }
+  return absl::OkStatus();
+}
+
 template <bool kOnGpu>
 class AllreduceOp : public AsyncOpKernel {
  public:
@@ -79,15 +108,23 @@ class AllreduceOp : public AsyncOpKernel {
       if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
-      // When nothing else holds the input (a gradient inside a step, say), reduce in place:
-      // MPI then works on memory the producer just wrote, instead of a fresh output buffer.
-      Tensor* output = nullptr;
-      OP_REQUIRES_OK_ASYNC(
-          ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &output), done);
       e.input = DataOf(input);
-      e.output = MutableDataOf(output);
     }
     if (n == 0) return done();
+    if (!kOnGpu && n > 1) {
+      OP_REQUIRES_OK_ASYNC(ctx, OutputsInOneRegion(ctx, &entries), done);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        // When nothing else holds the input (a gradient inside a step, say), reduce in
+        // place: MPI then works on memory the producer just wrote, not a fresh buffer.
+        Tensor* output = nullptr;
+        OP_REQUIRES_OK_ASYNC(ctx,
+                             ctx->forward_input_or_allocate_output({i}, i, ctx->input(i).shape(),
+                                                                   &output),
+                             done);
+        entries[i].output = MutableDataOf(output);
+      }
+    }
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
     SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes,
