@@ -99,6 +99,30 @@ def test_grouped_allreduce_mixed_dtypes(mode, rank, size):
         np.testing.assert_allclose(np.asarray(value, np.float64), want, err_msg=str(i))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_grouped_allreduce_reduced_in_its_outputs(mode, rank, size):
+    # A grouped op's outputs are slices of one buffer, laid out as the fusion buffer (each
+    # at a multiple of 64 bytes). Every way its tensors can travel: fused in the buffer
+    # (odd sizes, a scalar, an empty tensor), alone (2 MiB, above TFRING_FUSION_ALONE_BYTES),
+    # split by dtype into groups whose tensors are not next to each other. The outputs then
+    # feed other ops, which read them as ordinary (aligned) tensors.
+    specs = [((17,), tf.float32), ((), tf.float32), ((0,), tf.float32), ((5, 3), tf.float16),
+             ((1 << 19,), tf.float32), ((1000,), tf.int32), ((3, 7), tf.float32)]
+    args = [rank_input(rank, shape, dtype) for shape, dtype in specs]
+
+    def step(*xs):
+        outs = tfring.grouped_allreduce(list(xs), op=tfring.Average)
+        return [y * tf.ones_like(y) for y in outs]
+
+    got = run(mode, step, *args)
+    for i, (shape, dtype) in enumerate(specs):
+        total = sum(rank_input(r, shape, dtype).astype(np.float64) for r in range(size))
+        want = np.trunc(total / size) if dtype.is_integer else total / size
+        rtol = 1e-3 if dtype == tf.float16 else 1e-6
+        assert np.asarray(got[i]).shape == shape, i
+        np.testing.assert_allclose(np.asarray(got[i], np.float64), want, rtol=rtol, err_msg=str(i))
+
+
 def test_large_tensor_average(rank, size):
     # 4 MiB: above any plausible fusion group, travels alone straight into its output.
     # Every element differs, and every one is checked.

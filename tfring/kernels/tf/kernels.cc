@@ -68,7 +68,8 @@ std::function<Status(const Shape&, void**)> OutputAllocator(OpKernelContext* ctx
 // A grouped allreduce of host tensors: its outputs are slices of one buffer, laid out as
 // the host executor packs a fused group (buffer_layout.h), so that the reduction runs in
 // them when the group travels as one (Entry::output_region): no copy out of a fusion
-// buffer, and no attempt per tensor to forward its input.
+// buffer, and no attempt per tensor to forward its input. As with TensorFlow's own split,
+// an output kept alive keeps the whole buffer alive.
 absl::Status OutputsInOneRegion(OpKernelContext* ctx, std::vector<Entry>* entries) {
   const int n = ctx->num_inputs();
   std::vector<int64_t> bytes(n);
