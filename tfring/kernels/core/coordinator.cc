@@ -364,6 +364,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     *progress = true;
     timeline_.MarkCycle();
     for (const Response& r : execute) {
+      if (!timeline_.active()) break;  // no lookup per tensor when nobody records
       if (table_.count(r.name)) timeline_.Phase(r.name, "QUEUE");  // this rank's own
     }
     const int64_t bytes = Execute(execute);
@@ -400,9 +401,13 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
 void Coordinator::Finish(const std::string& name, const Status& status) {
   auto it = table_.find(name);
   TFRING_CHECK(it != table_.end()) << "finishing '" << name << "' which is not pending";
+  Finish(it, status);
+}
+
+void Coordinator::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
+  timeline_.End(it->first);
   table_.erase(it);
-  timeline_.End(name);
   done(status);
 }
 

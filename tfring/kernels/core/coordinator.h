@@ -194,7 +194,10 @@ class Coordinator {
   // Completes the pending join entries (every rank has joined).
   void FinishJoins(const std::vector<bool>& joined_before);
   void ApplyParams(const ResponseList& list);
+  using Table = std::unordered_map<std::string, Pending>;
+  // Completes a pending entry: takes it out of the table, then calls its `done`.
   void Finish(const std::string& name, const Status& status);
+  void Finish(Table::iterator it, const Status& status);
   void FailEverything(const Status& status);
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
 
@@ -231,7 +234,7 @@ class Coordinator {
   std::atomic<int64_t> last_cycle_ns_{0};
 
   // Owned by whoever holds cycle_mutex_.
-  std::unordered_map<std::string, Pending> table_;
+  Table table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
   bool joined_ = false;                // a join entry of this rank is pending

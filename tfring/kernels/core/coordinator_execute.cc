@@ -175,6 +175,10 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   std::vector<Entry*> entries;
   entries.reserve(responses.size());
   std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
+  // Where each owned entry sits in table_: nothing is added to the table until the cycle
+  // ends, and erasing one entry leaves the others' places valid.
+  std::vector<Table::iterator> places;
+  places.reserve(responses.size());
   for (const Response* rp : responses) {
     Response r = *rp;
     if (r.ok()) r.error = JoinedProblem(r);
@@ -182,7 +186,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     const bool mine = it != table_.end() && it->second.state != State::kJoined;
     if (!r.ok()) {
       // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
-      if (mine) Finish(r.name, Status::FailedPrecondition(r.error));
+      if (mine) Finish(it, Status::FailedPrecondition(r.error));
       continue;
     }
     TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";
@@ -192,6 +196,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     entries.push_back(mine ? &it->second.entry
                            : JoinedEntry(runs.back(), position, set_size, scratch.get()));
     owned.push_back(mine);
+    places.push_back(it);
   }
   std::vector<FusionItem> items;
   int64_t executed_bytes = 0;
@@ -243,7 +248,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
                        << " us";
     for (int i : group) {
       if (owned[i]) {
-        Finish(items[i].response->name, s);
+        Finish(places[i], s);
       } else {
         timeline_.End(items[i].response->name);
       }

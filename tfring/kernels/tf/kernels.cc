@@ -97,7 +97,12 @@ absl::Status OutputsInOneRegion(OpKernelContext* ctx, std::vector<Entry>* entrie
 template <bool kOnGpu>
 class AllreduceOp : public AsyncOpKernel {
  public:
-  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c), attrs_(c) {}
+  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c), attrs_(c) {
+    // Each tensor's name is the same on every run: made once, not per tensor per step.
+    const int n = c->num_inputs();
+    names_.reserve(n);
+    for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(attrs_.name.Display(), i, n));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
@@ -105,7 +110,7 @@ class AllreduceOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.name = OpName::Of(attrs_.name.Display(), i, n);
+      e.request.name = names_[i];
       if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
@@ -134,6 +139,7 @@ class AllreduceOp : public AsyncOpKernel {
 
  private:
   const ReduceAttrs attrs_;
+  std::vector<std::string> names_;
 };
 
 template <bool kOnGpu>
