@@ -126,6 +126,13 @@ Status Options::FromEnvironment(Options* o) {
                                    std::to_string(hierarchical));
   }
   o->hierarchical_allreduce = hierarchical == 1;
+  int64_t sched_batch = o->background_sched_batch ? 1 : 0;
+  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_SCHED_BATCH", 0, &sched_batch));
+  if (sched_batch > 1) {
+    return Status::InvalidArgument("TFRING_SCHED_BATCH must be 0 or 1. Received: " +
+                                   std::to_string(sched_batch));
+  }
+  o->background_sched_batch = sched_batch == 1;
   TFRING_RETURN_IF_ERROR(
       ReadChoice("TFRING_GPU_OPERATIONS", "nccl", "mpi", &o->gpu_operations_through_mpi));
   return Status::OK();

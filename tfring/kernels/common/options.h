@@ -30,6 +30,8 @@
 //   TFRING_AUTOTUNE_SAMPLES_PER_TRIAL   samples  3         samples per candidate (median)
 //   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
 //                                                          host memory); builds with NCCL only
+//   TFRING_SCHED_BATCH                  0/1      1         run the runtime's background thread under
+//                                                          Linux's SCHED_BATCH policy (coordinator.h)
 //   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         allreduce inside each host first, then
 //                                                          across hosts (one rank per host): GPU:
 //                                                          NCCL + MPI; host tensors: MPI only
@@ -66,6 +68,7 @@ struct Options {
   bool timeline_mark_cycles = false;
   bool gpu_operations_through_mpi = false;
   bool hierarchical_allreduce = false;
+  bool background_sched_batch = true;
 
   // Reads the environment. A malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Options* options);

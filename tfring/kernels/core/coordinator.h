@@ -36,6 +36,9 @@
 // instead of one cycle each. Eager ops skip that wait: their caller waits for them alone;
 // so do the tensors of one grouped op, which arrive together (EnqueueAll) and complete.
 //
+// The background thread is named tfring-cycles and runs under SCHED_BATCH on Linux
+// (TFRING_SCHED_BATCH; coordinator_drive.cc says why).
+//
 // An eager caller drives: when no cycle is running, its thread runs the cycles itself until
 // its op completes (coordinator_drive.cc), for up to a millisecond, then leaves the rest to
 // the background thread. That saves handing the op to the background thread and the result

@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include <thread>
 
@@ -39,6 +40,22 @@ thread_local bool t_in_cycle = false;
 void Coordinator::Loop() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
+  prctl(PR_SET_NAME, "tfring-cycles");  // so that top -H, perf and tests can tell it apart
+  if (options_.background_sched_batch) {
+    // The `done` callbacks this thread runs hand the ops' successors to TensorFlow's
+    // threads, and each hand-off wakes one of them. Sharing a core with it (one rank per
+    // core), this thread was preempted by every thread it woke, halfway through completing
+    // a cycle's ops: about 1 ms per step of a Keras model with 122 gradients (docs/
+    // benchmarks.md). Under SCHED_BATCH it finishes the cycle first. It needs no privilege,
+    // keeps the thread's nice level, and a thread woken under it still runs on an idle core
+    // at once; on a busy one it waits for the tick instead of preempting. Threads it starts
+    // (a library's helper threads made on first use) inherit the policy.
+    sched_param normal_priority{};
+    if (sched_setscheduler(0, SCHED_BATCH, &normal_priority) != 0) {
+      TFRING_LOG(kDebug) << "the background thread stays under SCHED_OTHER: "
+                         << "sched_setscheduler(SCHED_BATCH) failed, errno " << errno;
+    }
+  }
 #endif
   SteadyClock::duration backoff = SteadyClock::duration::zero();
   auto last_progress = SteadyClock::now();
