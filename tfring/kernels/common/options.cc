@@ -75,6 +75,18 @@ Status ReadString(const char* setting, std::string* out) {
   return Status::OK();
 }
 
+// A 0/1 switch: anything else is an error naming the variable.
+Status ReadSwitch(const char* setting, bool* out) {
+  int64_t value = *out ? 1 : 0;
+  TFRING_RETURN_IF_ERROR(ReadInt(setting, 0, &value));
+  if (value > 1) {
+    return Status::InvalidArgument(std::string(setting) + " must be 0 or 1. Received: " +
+                                   std::to_string(value));
+  }
+  *out = value == 1;
+  return Status::OK();
+}
+
 Status ReadChoice(const char* setting, const char* a, const char* b, bool* is_b) {
   std::string name(setting);
   const char* raw = Lookup(&name);
@@ -119,20 +131,8 @@ Status Options::FromEnvironment(Options* o) {
   int64_t mark_cycles = o->timeline_mark_cycles ? 1 : 0;
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_TIMELINE_MARK_CYCLES", 0, &mark_cycles));
   o->timeline_mark_cycles = mark_cycles != 0;
-  int64_t hierarchical = o->hierarchical_allreduce ? 1 : 0;
-  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_HIERARCHICAL_ALLREDUCE", 0, &hierarchical));
-  if (hierarchical > 1) {
-    return Status::InvalidArgument("TFRING_HIERARCHICAL_ALLREDUCE must be 0 or 1. Received: " +
-                                   std::to_string(hierarchical));
-  }
-  o->hierarchical_allreduce = hierarchical == 1;
-  int64_t sched_batch = o->background_sched_batch ? 1 : 0;
-  TFRING_RETURN_IF_ERROR(ReadInt("TFRING_SCHED_BATCH", 0, &sched_batch));
-  if (sched_batch > 1) {
-    return Status::InvalidArgument("TFRING_SCHED_BATCH must be 0 or 1. Received: " +
-                                   std::to_string(sched_batch));
-  }
-  o->background_sched_batch = sched_batch == 1;
+  TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_HIERARCHICAL_ALLREDUCE", &o->hierarchical_allreduce));
+  TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_SCHED_BATCH", &o->background_sched_batch));
   TFRING_RETURN_IF_ERROR(
       ReadChoice("TFRING_GPU_OPERATIONS", "nccl", "mpi", &o->gpu_operations_through_mpi));
   return Status::OK();
