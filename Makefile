@@ -11,6 +11,10 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 #   make test VENV=.venv-2.18 TF_VERSION=2.18.1 TF_KERAS_VERSION=2.18.0
 TF_VERSION ?= 2.21.0
 TF_KERAS_VERSION ?= 2.21.0
+# The versions the suite compiles the GPU path against (the gpu-build extra), pinned like its
+# TensorFlow: a run does not fetch whatever NCCL wheel PyPI has newest.
+GPU_BUILD_PINS ?= nvidia-nccl-cu13==2.30.7 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
+                  nvidia-cuda-cccl==13.0.85
 
 .PHONY: demo test build build-sanitized bench bench-keras bench-autotune compat clean
 
@@ -20,7 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	# cpu: tensorflow-cpu. gpu-build: NCCL and CUDA headers from PyPI, so the GPU path is
 	# compiled (and CI checks that it compiles) even where no GPU is present; its tests skip
 	# there.
-	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION)
+	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION) \
+		$(GPU_BUILD_PINS)
 	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
 	# tensorflow package on top of tensorflow-cpu.
 	$(PYTHON) -m pip install -q --no-deps tf_keras==$(TF_KERAS_VERSION)

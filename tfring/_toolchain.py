@@ -137,8 +137,9 @@ def _cuda_header_folders(runtime_include):
     """Include folders for cuda_runtime.h (which nccl.h includes), and what is lacking.
 
     A CUDA toolkit has every header in one folder. The PyPI runtime wheel lacks two sets
-    that cuda_runtime.h includes: crt/*.h (shipped in the nvcc wheel; nvcc itself is never
-    run) and nv/target (in the CCCL wheel).
+    that cuda_runtime.h includes: crt/*.h (CUDA 13: the crt wheel; CUDA 12: the nvcc wheel,
+    whose nvcc is never run) and nv/target (the CCCL wheel). CUDA 13's wheels all install
+    into nvidia/cu13.
     """
     folders, lacking = [runtime_include], []
     candidates = [runtime_include]
@@ -146,11 +147,12 @@ def _cuda_header_folders(runtime_include):
         d = _package_dir(package)
         if d:
             candidates.append(os.path.join(d, "include"))
-    for header, wheel in (("crt/host_defines.h", "nvidia-cuda-nvcc-cu12"),
-                          ("nv/target", "nvidia-cuda-cccl-cu12")):
+    for header, wheel in (
+            ("crt/host_defines.h", "nvidia-cuda-crt (CUDA 13) or nvidia-cuda-nvcc-cu12"),
+            ("nv/target", "nvidia-cuda-cccl (CUDA 13) or nvidia-cuda-cccl-cu12")):
         found = [c for c in candidates if os.path.exists(os.path.join(c, header))]
         if not found:
-            lacking.append(f"CUDA's {header} (from the {wheel} wheel, or a CUDA toolkit)")
+            lacking.append(f"CUDA's {header} (from {wheel}, or a CUDA toolkit)")
         elif found[0] not in folders:
             folders.append(found[0])
     return folders, lacking
@@ -164,7 +166,8 @@ def find_gpu_toolchain():
     if mode not in ("", "auto", "1", "on", "yes", "true"):
         raise BuildError(f"TFRING_WITH_NCCL must be 0, 1 or auto. Received: {mode!r}",
                          "GPU (NCCL)")
-    # The -cu13 wheels install under nvidia/cu13/ (include/, lib/), the -cu12 ones per library.
+    # CUDA 13 wheels install under nvidia/cu13/ (include/, lib/), but NCCL-cu13 under
+    # nvidia/nccl/ as the -cu12 wheels do (one folder per library).
     cu13 = _package_dir("nvidia.cu13")
     nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), cu13, "/usr"],
                  "nccl.h", ["libnccl.so.2", "libnccl.so"])
@@ -184,11 +187,13 @@ def find_gpu_toolchain():
         reason = " and ".join(missing) + " not found"
         if mode in ("1", "on", "yes", "true"):
             raise BuildError(
-                f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment with "
-                "`pip install 'tfring[gpu-build]'` (or `pip install -e .[gpu-build]` in a "
-                "checkout: nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, "
-                "nvidia-cuda-cccl-cu12), or point TFRING_NCCL_HOME / TFRING_CUDA_HOME at "
-                "folders with include/ and lib/.", "GPU (NCCL)")
+                f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment: "
+                "`pip install 'tfring[gpu]'` beside TensorFlow with CUDA (the CUDA 12 wheels "
+                "it runs with: nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, "
+                "nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12), or `pip install "
+                "'tfring[gpu-build]'` to compile the GPU path only (CUDA 13's wheels), or "
+                "point TFRING_NCCL_HOME / TFRING_CUDA_HOME at folders with include/ and lib/.",
+                "GPU (NCCL)")
         return None, reason
     return GpuToolchain(nccl[0], nccl[1], cuda_includes, cuda[1]), ""
 

@@ -45,8 +45,10 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     monkeypatch.setattr(_toolchain, "_package_dir", lambda name: None)
     folders, lacking = _toolchain._cuda_header_folders(str(include))
     assert folders == [str(include)]
-    assert any("crt/host_defines.h" in x and "nvidia-cuda-nvcc-cu12" in x for x in lacking)
-    assert any("nv/target" in x and "nvidia-cuda-cccl-cu12" in x for x in lacking)
+    assert any("crt/host_defines.h" in x and "nvidia-cuda-crt (CUDA 13)" in x
+               and "nvidia-cuda-nvcc-cu12" in x for x in lacking)
+    assert any("nv/target" in x and "nvidia-cuda-cccl (CUDA 13)" in x
+               and "nvidia-cuda-cccl-cu12" in x for x in lacking)
     (include / "crt").mkdir()
     (include / "crt" / "host_defines.h").write_text("")
     (include / "nv").mkdir()
