@@ -167,6 +167,33 @@ TFRING_TEST(CoordinatorInproc, FusionGivesSameResultsAsOneAtATime) {
   }
 }
 
+// A fused Average leaves the fusion buffer scaled into each output in one pass
+// (HostExecutor::Postprocess): every dtype, with lengths around the scaling's blocks of 8.
+TFRING_TEST(CoordinatorInproc, FusedAverageOfEveryDtype) {
+  for (int size : kSizes) {
+    InprocJob job(size, TestOptions());
+    job.OnEveryRank([&](int rank) {
+      // Queued together (as one grouped op's tensors), so each dtype's three are taken in
+      // one cycle and fused.
+      std::vector<Entry> entries;
+      const EnqueueFn collect = [&entries](Entry e) { entries.push_back(std::move(e)); };
+      std::vector<OpPtr> ops;
+      int salt = 0;
+      for (DataType dtype : kHostDtypes) {
+        for (int64_t n : {9, 16, 33}) {
+          ops.push_back(SubmitAllreduce(collect, "avg/" + std::to_string(salt), dtype, {n},
+                                        TestValues(dtype, rank, n, salt), ReduceOp::kAverage));
+          ++salt;
+        }
+      }
+      job.rank(rank)->EnqueueAll(std::move(entries));
+      for (size_t i = 0; i < ops.size(); ++i) {
+        ExpectAllreduced(ops[i], ReduceOp::kAverage, size, static_cast<int>(i));
+      }
+    });
+  }
+}
+
 TFRING_TEST(CoordinatorInproc, FusionThresholdZero) {
   for (int size : kSizes) {
     Options o = TestOptions();

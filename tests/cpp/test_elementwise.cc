@@ -147,6 +147,35 @@ TFRING_TEST(Elementwise, ScalingIntegersTruncatesTowardZero) {
   EXPECT_TRUE(i8 == std::vector<int8_t>({0, 0}));
 }
 
+// ScaleInto runs float and double in blocks of 8 (for the vectorizer) and the rest one by
+// one: every length around the block, in place and not, must give what a plain loop in
+// double gives, bit for bit (a factor like 1/3 rounds differently in float).
+TFRING_TEST(Elementwise, ScaleIntoMatchesAPlainLoopInDouble) {
+  const double factor = 1.0 / 3;
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 100}) {
+    std::vector<float> in(n), out(n, -1.0f), in_place(n);
+    std::vector<double> in64(n), out64(n);
+    for (int64_t i = 0; i < n; ++i) {
+      in[i] = static_cast<float>(0.1 * (i + 1) - 3.7);
+      in64[i] = 1e300 / (i + 1);
+    }
+    in_place = in;
+    ScaleInto(DataType::kFloat32, factor, in.data(), out.data(), n);
+    ScaleInPlace(DataType::kFloat32, factor, in_place.data(), n);
+    ScaleInto(DataType::kFloat64, factor, in64.data(), out64.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(static_cast<double>(in[i]) * factor);
+      EXPECT_EQ(out[i], want);
+      EXPECT_EQ(in_place[i], want);
+      EXPECT_EQ(out64[i], in64[i] * factor);
+    }
+  }
+  std::vector<int32_t> from = {-7, 7}, to = {0, 0};  // integers: out of place as well
+  ScaleInto(DataType::kInt32, 0.5, from.data(), to.data(), 2);
+  EXPECT_TRUE(to == std::vector<int32_t>({-3, 3}));
+  EXPECT_TRUE(from == std::vector<int32_t>({-7, 7}));
+}
+
 TFRING_TEST(Elementwise, ReduceIntoAndScale) {
   std::vector<float> a = {1, -2, 3}, b = {4, 5, -6};
   ReduceInto(DataType::kFloat32, ReduceOp::kMax, a.data(), b.data(), 3);

@@ -39,29 +39,43 @@ void Reduce16(ReduceOp op, const void* in, void* inout, int64_t count) {
   }
 }
 
+// out[i] = in[i] * factor; `in` may be `out`.
 template <typename T>
-void ScaleTyped(double factor, void* buf, int64_t count) {
-  T* p = static_cast<T*>(buf);
+void ScaleTyped(double factor, const void* in_buf, void* out_buf, int64_t count) {
+  const T* in = static_cast<const T*>(in_buf);
+  T* out = static_cast<T*>(out_buf);
   if constexpr (std::is_integral_v<T>) {
     // Truncated toward zero, as Horovod; saturated, since a value out of T's range would be
     // undefined behaviour to convert.
     const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
     const double hi = static_cast<double>(std::numeric_limits<T>::max());
     for (int64_t i = 0; i < count; ++i) {
-      const double v = std::trunc(static_cast<double>(p[i]) * factor);
-      p[i] = v <= lo ? std::numeric_limits<T>::lowest()
-                     : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
+      const double v = std::trunc(static_cast<double>(in[i]) * factor);
+      out[i] = v <= lo ? std::numeric_limits<T>::lowest()
+                       : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
     }
   } else {
-    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] * factor);
+    // Blocks of 8 read whole before any is written, so that -O2's SLP vectorizer turns each
+    // into packed converts and multiplies with no overlap check between `in` and `out`
+    // (the plain loop stays scalar at -O2: 2.3x slower for float, 108 against 47 us per
+    // MiB; Average scales every gradient).
+    constexpr int kBlock = 8;
+    int64_t i = 0;
+    for (; i + kBlock <= count; i += kBlock) {
+      double v[kBlock];
+      for (int j = 0; j < kBlock; ++j) v[j] = in[i + j];
+      for (int j = 0; j < kBlock; ++j) out[i + j] = static_cast<T>(v[j] * factor);
+    }
+    for (; i < count; ++i) out[i] = static_cast<T>(in[i] * factor);
   }
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void Scale16(double factor, void* buf, int64_t count) {
-  uint16_t* p = static_cast<uint16_t*>(buf);
+void Scale16(double factor, const void* in_buf, void* out_buf, int64_t count) {
+  const uint16_t* in = static_cast<const uint16_t*>(in_buf);
+  uint16_t* out = static_cast<uint16_t*>(out_buf);
   const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < count; ++i) p[i] = FromFloat(ToFloat(p[i]) * f);
+  for (int64_t i = 0; i < count; ++i) out[i] = FromFloat(ToFloat(in[i]) * f);
 }
 
 template <typename T>
@@ -127,21 +141,26 @@ void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_
   TFRING_CHECK(false) << "ReduceInto on non-reducible dtype " << DataTypeName(dtype);
 }
 
-void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count) {
+void ScaleInto(DataType dtype, double factor, const void* in, void* out, int64_t count) {
   switch (dtype) {
-    case DataType::kFloat32: return ScaleTyped<float>(factor, buf, count);
-    case DataType::kFloat64: return ScaleTyped<double>(factor, buf, count);
-    case DataType::kFloat16: return Scale16<HalfToFloat, FloatToHalf>(factor, buf, count);
-    case DataType::kBFloat16: return Scale16<BFloat16ToFloat, FloatToBFloat16>(factor, buf, count);
-    case DataType::kUInt8: return ScaleTyped<uint8_t>(factor, buf, count);
-    case DataType::kInt8: return ScaleTyped<int8_t>(factor, buf, count);
-    case DataType::kUInt16: return ScaleTyped<uint16_t>(factor, buf, count);
-    case DataType::kInt16: return ScaleTyped<int16_t>(factor, buf, count);
-    case DataType::kInt32: return ScaleTyped<int32_t>(factor, buf, count);
-    case DataType::kInt64: return ScaleTyped<int64_t>(factor, buf, count);
+    case DataType::kFloat32: return ScaleTyped<float>(factor, in, out, count);
+    case DataType::kFloat64: return ScaleTyped<double>(factor, in, out, count);
+    case DataType::kFloat16: return Scale16<HalfToFloat, FloatToHalf>(factor, in, out, count);
+    case DataType::kBFloat16:
+      return Scale16<BFloat16ToFloat, FloatToBFloat16>(factor, in, out, count);
+    case DataType::kUInt8: return ScaleTyped<uint8_t>(factor, in, out, count);
+    case DataType::kInt8: return ScaleTyped<int8_t>(factor, in, out, count);
+    case DataType::kUInt16: return ScaleTyped<uint16_t>(factor, in, out, count);
+    case DataType::kInt16: return ScaleTyped<int16_t>(factor, in, out, count);
+    case DataType::kInt32: return ScaleTyped<int32_t>(factor, in, out, count);
+    case DataType::kInt64: return ScaleTyped<int64_t>(factor, in, out, count);
     case DataType::kBool: break;
   }
-  TFRING_CHECK(false) << "ScaleInPlace on non-reducible dtype " << DataTypeName(dtype);
+  TFRING_CHECK(false) << "ScaleInto on non-reducible dtype " << DataTypeName(dtype);
+}
+
+void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count) {
+  ScaleInto(dtype, factor, buf, buf, count);
 }
 
 void DivideTowardZeroInPlace(DataType dtype, int64_t divisor, void* buf, int64_t count) {

@@ -16,6 +16,9 @@ void ReduceInto(DataType dtype, ReduceOp op, const void* in, void* inout, int64_
 // buf[i] *= factor, computed in double (float for 16-bit floats); integers are truncated
 // toward zero, as Horovod scales them. Every reducible dtype.
 void ScaleInPlace(DataType dtype, double factor, void* buf, int64_t count);
+// out[i] = in[i] * factor, as ScaleInPlace computes it; `in` may be `out`. One pass where a
+// copy and a scale would take two (a fused tensor's way out of the fusion buffer).
+void ScaleInto(DataType dtype, double factor, const void* in, void* out, int64_t count);
 
 // buf[i] = buf[i] / divisor rounded toward zero, in exact integer arithmetic: Average on
 // integer tensors (Horovod's rounding, without the error of multiplying by 1/divisor).

@@ -53,17 +53,23 @@ char* HostExecutor::FusionBuffer(size_t which, size_t bytes) {
   return b.data();
 }
 
-void HostExecutor::Postprocess(const Entry& e, const Response& r, void* buffer, int64_t count) {
+void HostExecutor::Postprocess(const Entry& e, const Response& r, const void* from, void* to,
+                               int64_t count) {
   const DataType dtype = e.request.dtype;
   const bool average = r.reduce_op == ReduceOp::kAverage;
   const int divisor = Contributors(r, size_);  // the ranks that had data
   double factor = e.request.postscale_factor;
   if (average && factor == 1.0 && !IsFloatingPoint(dtype)) {
-    DivideTowardZeroInPlace(dtype, divisor, buffer, count);  // exact
+    if (to != from) CopyBytes(to, from, count * DataTypeSize(dtype));
+    DivideTowardZeroInPlace(dtype, divisor, to, count);  // exact
     return;
   }
   if (average) factor /= divisor;
-  if (factor != 1.0) ScaleInPlace(dtype, factor, buffer, count);
+  if (factor != 1.0) {
+    ScaleInto(dtype, factor, from, to, count);  // the copy and the scale in one pass
+  } else if (to != from) {
+    CopyBytes(to, from, count * DataTypeSize(dtype));
+  }
 }
 
 Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
@@ -82,7 +88,7 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
     }
     Phase(group, PhaseName(backend_->allreduce_phase()), Timeline::GroupArgs(group, count * esize));
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
-    Postprocess(e, r, e.output, count);
+    Postprocess(e, r, e.output, e.output, count);
     return Status::OK();
   }
   const Packed packed = PlanPacked(group, kHostAllreduceAlignment);
@@ -107,8 +113,8 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
       backend_->Allreduce(buffer, buffer, packed.total_bytes / esize, dtype, wire_op));
   if (!in_outputs) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
-    Postprocess(*group[i], r, buffer + packed.offsets[i], packed.bytes[i] / esize);
-    if (!in_outputs) CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
+    char* out = in_outputs ? buffer + packed.offsets[i] : static_cast<char*>(group[i]->output);
+    Postprocess(*group[i], r, buffer + packed.offsets[i], out, packed.bytes[i] / esize);
   }
   return Status::OK();
 }
@@ -183,7 +189,7 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
     }
     Phase({e}, PhaseName("REDUCESCATTER"), Timeline::GroupArgs({e}, total * esize));
     TFRING_RETURN_IF_ERROR(backend_->Reducescatter(in, e->output, counts, r.dtype, wire_op));
-    Postprocess(*e, r, e->output, counts[rank_]);
+    Postprocess(*e, r, e->output, e->output, counts[rank_]);
   }
   return Status::OK();
 }

@@ -29,7 +29,10 @@ class HostExecutor : public GroupExecutor {
   Backend* backend() { return backend_.get(); }
 
  private:
-  void Postprocess(const Entry& e, const Response& r, void* buffer, int64_t count);
+  // Average's division and the postscale factor, from the reduced `from` into `to` (which
+  // may be `from`): a fused tensor leaves the fusion buffer scaled, in one pass.
+  void Postprocess(const Entry& e, const Response& r, const void* from, void* to,
+                   int64_t count);
   char* FusionBuffer(size_t which, size_t bytes);
   // The timeline's name for the backend call: "MPI_ALLREDUCE", ...
   std::string PhaseName(const char* collective) const;
