@@ -175,7 +175,7 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
   }
   for (Entry& e : fresh) {
     *progress = true;
-    const std::string name = e.request.name;
+    std::string name = e.request.name;  // the table's key (an unnamed call's: its call site)
     if (e.request.kind == CollectiveKind::kJoin && joined_) {
       e.done(Status::FailedPrecondition("join() is already pending on rank " +
                                         std::to_string(rank_)));
@@ -206,17 +206,16 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       continue;
     }
     Pending p{std::move(e), State::kToSend, -1, now};
-    std::string key = name;
-    const int slot = CachedSlotFor(&p, &key, invalidate);
+    const int slot = CachedSlotFor(&p, &name, invalidate);
     if (slot >= 0) {
       p.state = State::kCachedWaiting;
       p.slot = slot;
     } else {
-      send_order_.push_back(key);
+      send_order_.push_back(name);
     }
-    timeline_.Submitted(key, p.entry.created);
-    table_.emplace(key, std::move(p));
-    timeline_.Phase(key, "NEGOTIATE");
+    timeline_.Submitted(name, p.entry.created);
+    const auto placed = table_.emplace(std::move(name), std::move(p)).first;
+    timeline_.Phase(placed->first, "NEGOTIATE");
   }
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
@@ -325,7 +324,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   }
   const bool joined_changed = joined != joined_ranks_;
 
-  std::vector<Response> execute;
+  CycleResponses execute;
   for (int slot = 0; slot < nbits; ++slot) {
     if (!bits.valid(slot)) {
       cache_.Erase(slot);
@@ -338,16 +337,18 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
       }
       for (const std::string& key : waiting) NegotiateInstead(key);
     } else if (bits.ready(slot)) {
-      Response r = cache_.response(slot);
-      if (any_joined) {
-        const std::vector<int32_t> members = SetMembers(r.process_set, size_);
-        for (int32_t m : members) {
-          if (joined[m]) r.joined.push_back(m);
-        }
-        // Every member joined: nobody submitted it (joined ranks mark every slot ready).
-        if (r.joined.size() == members.size()) continue;
+      if (!any_joined) {
+        execute.Add(&cache_.response(slot));  // the cache's slots stay put (response_cache.h)
+        continue;
       }
-      execute.push_back(std::move(r));
+      Response r = cache_.response(slot);
+      const std::vector<int32_t> members = SetMembers(r.process_set, size_);
+      for (int32_t m : members) {
+        if (joined[m]) r.joined.push_back(m);
+      }
+      // Every member joined: nobody submitted it (joined ranks mark every slot ready).
+      if (r.joined.size() == members.size()) continue;
+      execute.Add(std::move(r));
     }
   }
 
@@ -363,11 +364,11 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (!execute.empty()) {
     *progress = true;
     timeline_.MarkCycle();
-    for (const Response& r : execute) {
+    for (const Response* r : execute.order) {
       if (!timeline_.active()) break;  // no lookup per tensor when nobody records
-      if (table_.count(r.name)) timeline_.Phase(r.name, "QUEUE");  // this rank's own
+      if (table_.count(r->name)) timeline_.Phase(r->name, "QUEUE");  // this rank's own
     }
-    const int64_t bytes = Execute(execute);
+    const int64_t bytes = Execute(execute.order);
     timeline_.Flush();
     if (autotuner_) {
       autotuner_->Record(bytes, std::chrono::duration<double>(

@@ -99,6 +99,21 @@ struct SetExecutors {
   std::unique_ptr<GroupExecutor> device;
   Status status;
 };
+// What one cycle executes, in order: responses from the cache, by pointer (no copy per
+// tensor per cycle), and responses made in the cycle (negotiated, or cached ones with the
+// ranks that have joined), which it owns.
+struct CycleResponses {
+  std::vector<const Response*> order;
+  std::deque<Response> made;  // a deque: its elements stay where they are as it grows
+
+  void Add(const Response* cached) { order.push_back(cached); }
+  void Add(Response made_here) {
+    made.push_back(std::move(made_here));
+    order.push_back(&made.back());
+  }
+  bool empty() const { return order.empty(); }
+};
+
 // Makes the executors of the process set `members` (global ranks, ascending). Called on
 // the coordinator thread of each member, at the same point of their common collectives,
 // once per set: it returns the same status on every member.
@@ -182,9 +197,9 @@ class Coordinator {
   int CachedSlotFor(Pending* p, std::string* key, std::vector<int>* invalidate);
   // A cached entry whose slot is gone goes to negotiation (under its own name).
   void NegotiateInstead(const std::string& key);
-  Status Negotiate(std::vector<Response>* execute, bool* stop);
+  Status Negotiate(CycleResponses* execute, bool* stop);
   // Returns the bytes of the collectives it ran.
-  int64_t Execute(const std::vector<Response>& responses);
+  int64_t Execute(const std::vector<const Response*>& responses);
   // Runs the responses of one process set that this rank is a member of.
   int64_t ExecuteInSet(const std::vector<int32_t>& members,
                        const std::vector<const Response*>& responses);

@@ -141,21 +141,17 @@ Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecu
   return Status::OK();
 }
 
-int64_t Coordinator::Execute(const std::vector<Response>& responses) {
+int64_t Coordinator::Execute(const std::vector<const Response*>& responses) {
   bool all_global = true;
-  for (const Response& r : responses) all_global = all_global && r.process_set.empty();
-  if (all_global) {  // the common case, without the sorting below
-    std::vector<const Response*> list;
-    for (const Response& r : responses) list.push_back(&r);
-    return ExecuteInSet(all_ranks_, list);
-  }
+  for (const Response* r : responses) all_global = all_global && r->process_set.empty();
+  if (all_global) return ExecuteInSet(all_ranks_, responses);  // without the sorting below
   // Set by set, in the order the sets first appear: the same on every rank.
   std::vector<std::vector<int32_t>> order;
   std::map<std::vector<int32_t>, std::vector<const Response*>> by_set;
-  for (const Response& r : responses) {
-    auto& list = by_set[r.process_set];
-    if (list.empty()) order.push_back(r.process_set);
-    list.push_back(&r);
+  for (const Response* r : responses) {
+    auto& list = by_set[r->process_set];
+    if (list.empty()) order.push_back(r->process_set);
+    list.push_back(r);
   }
   int64_t bytes = 0;
   for (const std::vector<int32_t>& set : order) {
@@ -170,8 +166,11 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   const int position = PositionIn(members, rank_);
   const int set_size = static_cast<int>(members.size());
   std::unique_ptr<Scratch> scratch;  // made when this rank has joined and needs stand-ins
-  std::vector<Response> runs;  // what the executors see: roots as positions in the set
+  // What the executors see: the responses as they are, or a copy where one must change (a
+  // broadcast's root, as its position in a smaller set).
+  std::vector<const Response*> runs;
   runs.reserve(responses.size());
+  std::deque<Response> changed;
   std::vector<Entry*> entries;
   entries.reserve(responses.size());
   std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
@@ -180,28 +179,36 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   std::vector<Table::iterator> places;
   places.reserve(responses.size());
   for (const Response* rp : responses) {
-    Response r = *rp;
-    if (r.ok()) r.error = JoinedProblem(r);
-    auto it = table_.find(r.name);
+    auto it = table_.find(rp->name);
     const bool mine = it != table_.end() && it->second.state != State::kJoined;
-    if (!r.ok()) {
+    const std::string error = rp->ok() ? JoinedProblem(*rp) : rp->error;
+    if (!error.empty()) {
       // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
-      if (mine) Finish(it, Status::FailedPrecondition(r.error));
+      if (mine) Finish(it, Status::FailedPrecondition(error));
       continue;
     }
-    TFRING_CHECK(mine || joined_) << "response for '" << r.name << "' which is not pending";
-    if (r.kind == CollectiveKind::kBroadcast) r.root_rank = PositionIn(members, r.root_rank);
-    runs.push_back(std::move(r));
+    TFRING_CHECK(mine || joined_) << "response for '" << rp->name << "' which is not pending";
+    const Response* r = rp;
+    if (r->kind == CollectiveKind::kBroadcast) {
+      const int root_position = PositionIn(members, r->root_rank);
+      if (root_position != r->root_rank) {
+        changed.push_back(*r);
+        changed.back().root_rank = root_position;
+        r = &changed.back();
+      }
+    }
+    runs.push_back(r);
     if (!mine && !scratch) scratch = std::make_unique<Scratch>();
     entries.push_back(mine ? &it->second.entry
-                           : JoinedEntry(runs.back(), position, set_size, scratch.get()));
+                           : JoinedEntry(*r, position, set_size, scratch.get()));
     owned.push_back(mine);
     places.push_back(it);
   }
   std::vector<FusionItem> items;
+  items.reserve(runs.size());
   int64_t executed_bytes = 0;
-  for (const Response& r : runs) {
-    items.push_back({&r, ResponseBytes(r)});
+  for (const Response* r : runs) {
+    items.push_back({r, ResponseBytes(*r)});
     executed_bytes += items.back().bytes;
   }
   GroupExecutor* host = nullptr;

@@ -11,7 +11,7 @@
 
 namespace tfring {
 
-Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
+Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   std::vector<Request> mine;
   for (const std::string& name : send_order_) {
     auto it = table_.find(name);
@@ -78,12 +78,12 @@ Status Coordinator::Negotiate(std::vector<Response>* execute, bool* stop) {
     if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {
       unnamed_names_.CatchUp(r.process_set, r.name);
     }
-    execute->push_back(std::move(r));
+    execute->Add(std::move(r));
   }
   if (!list.abort_message.empty()) {
     TFRING_LOG(kError) << list.abort_message;
-    Execute(*execute);
-    execute->clear();
+    Execute(execute->order);
+    *execute = CycleResponses();
     FailEverything(Status::Aborted(list.abort_message));
     *stop = true;
   }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,8 @@ class ResponseCache {
   int Find(const std::string& name) const;
   bool used(int slot) const { return slots_[slot].used; }
   const Request& signature(int slot) const { return slots_[slot].signature; }
+  // Stays where it is until its slot is erased (Put adds slots without moving any): a
+  // cycle executes cached responses by pointer while its negotiation adds more.
   const Response& response(int slot) const { return slots_[slot].response; }
 
   // Adds a successful, cacheable response under the requesting signature. No-op when full.
@@ -41,7 +44,7 @@ class ResponseCache {
     Response response;
   };
   int64_t capacity_;
-  std::vector<Slot> slots_;
+  std::deque<Slot> slots_;  // a deque: adding a slot moves no other
   std::unordered_map<std::string, int> by_name_;
 };
 
