@@ -148,26 +148,32 @@ TFRING_TEST(Elementwise, ScalingIntegersTruncatesTowardZero) {
 }
 
 // ScaleInto runs float and double in blocks of 8 (for the vectorizer) and the rest one by
-// one: every length around the block, in place and not, must give what a plain loop in
-// double gives, bit for bit (a factor like 1/3 rounds differently in float).
+// one, and float in float when the factor is a float: every length around the block, in
+// place and not, factors that are floats and one that is not (1/3 rounds differently in
+// float), values that overflow and underflow, must give what a plain loop in double gives,
+// bit for bit.
 TFRING_TEST(Elementwise, ScaleIntoMatchesAPlainLoopInDouble) {
-  const double factor = 1.0 / 3;
-  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 100}) {
-    std::vector<float> in(n), out(n, -1.0f), in_place(n);
-    std::vector<double> in64(n), out64(n);
-    for (int64_t i = 0; i < n; ++i) {
-      in[i] = static_cast<float>(0.1 * (i + 1) - 3.7);
-      in64[i] = 1e300 / (i + 1);
-    }
-    in_place = in;
-    ScaleInto(DataType::kFloat32, factor, in.data(), out.data(), n);
-    ScaleInPlace(DataType::kFloat32, factor, in_place.data(), n);
-    ScaleInto(DataType::kFloat64, factor, in64.data(), out64.data(), n);
-    for (int64_t i = 0; i < n; ++i) {
-      const float want = static_cast<float>(static_cast<double>(in[i]) * factor);
-      EXPECT_EQ(out[i], want);
-      EXPECT_EQ(in_place[i], want);
-      EXPECT_EQ(out64[i], in64[i] * factor);
+  const float specials[] = {3e38f, -3e38f, 1e-40f, -1e-45f, 0.0f, -0.0f, 1.0f + 1e-7f};
+  for (double factor : {1.0 / 3, 0.5, 0.125, 3.0, 1e-3}) {
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 100}) {
+      std::vector<float> in(n), out(n, -1.0f), in_place(n);
+      std::vector<double> in64(n), out64(n);
+      for (int64_t i = 0; i < n; ++i) {
+        in[i] = i % 3 == 0 ? specials[(i / 3) % 7] : static_cast<float>(0.1 * (i + 1) - 3.7);
+        in64[i] = 1e300 / (i + 1);
+      }
+      in_place = in;
+      ScaleInto(DataType::kFloat32, factor, in.data(), out.data(), n);
+      ScaleInPlace(DataType::kFloat32, factor, in_place.data(), n);
+      ScaleInto(DataType::kFloat64, factor, in64.data(), out64.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = static_cast<float>(static_cast<double>(in[i]) * factor);
+        EXPECT_EQ(std::memcmp(&out[i], &want, sizeof(float)), 0)
+            << "factor " << factor << ", element " << i << " of " << n << ": " << out[i]
+            << " instead of " << want;
+        EXPECT_EQ(std::memcmp(&in_place[i], &want, sizeof(float)), 0);
+        EXPECT_EQ(out64[i], in64[i] * factor);
+      }
     }
   }
   std::vector<int32_t> from = {-7, 7}, to = {0, 0};  // integers: out of place as well

