@@ -1,7 +1,9 @@
-"""One measurement for bench/keras_fit.py: samples/s of model.fit in one of three set-ups.
+"""One measurement for bench/keras_fit.py: samples/s of model.fit in one of four set-ups.
 
     python _keras_fit_worker.py single --model mlp          # 1 process, plain Keras 3
     mpirun -np 2 python _keras_fit_worker.py tfring ...     # tfring.keras, N ranks
+    mpirun -np 2 python _keras_fit_worker.py floor ...      # the same, allreduces replaced
+                                                            # by the async floor op
     TF_CONFIG=... TF_USE_LEGACY_KERAS=1 python _keras_fit_worker.py mwms ...  # TF's own
 
 Prints one JSON line (rank 0 / chief only): samples/s in total over all processes, the step
@@ -70,10 +72,17 @@ def run(args):
     import tensorflow as tf
 
     workers, rank = 1, 0
-    if args.mode == "tfring":
+    if args.mode in ("tfring", "floor"):
         import tfring.keras as hvd
         hvd.init()
         workers, rank = hvd.size(), hvd.rank()
+    if args.mode == "floor":
+        # tfring's optimizer and callbacks, each gradient's allreduce replaced by the async
+        # floor op (tfring/kernels/tf/async_floor.cc): TensorFlow's cost of the step's async
+        # ops, with no communication and no runtime. Weights then differ between ranks.
+        from tfring import _gradients, _library
+        floor = _library.ops().tfring_async_floor
+        _gradients.allreduce_gradients = lambda grads, variables, **kw: [floor(g) for g in grads]
     if args.mode == "mwms":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         workers = strategy.num_replicas_in_sync
@@ -89,7 +98,7 @@ def run(args):
     with scope:
         model, shape = build_model(keras, args.model)
         optimizer = keras.optimizers.SGD(0.01)
-        if args.mode == "tfring":
+        if args.mode in ("tfring", "floor"):
             optimizer = hvd.DistributedOptimizer(optimizer)
         # XLA as asked: Keras 3's "auto" leaves it off on a CPU; tf_keras (MWMS) stays as is.
         jit = {} if args.mode == "mwms" else {"jit_compile": args.jit_compile}
@@ -100,7 +109,7 @@ def run(args):
     callback = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs=None: timer.on_batch_end())
     callbacks = [callback]
-    if args.mode == "tfring":
+    if args.mode in ("tfring", "floor"):
         callbacks.insert(0, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
     steps = args.warmup + args.steps
     x, y = make_data(np, shape, steps * args.batch, seed=rank)
@@ -131,7 +140,7 @@ def run(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["single", "tfring", "mwms"])
+    parser.add_argument("mode", choices=["single", "tfring", "floor", "mwms"])
     parser.add_argument("--model", choices=["mlp", "cnn", "comm"], default="mlp")
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--steps", type=int, default=60, help="timed steps")

@@ -19,7 +19,11 @@ ran under XLA.
 Timed steps exclude the first --warmup ones (tracing, allocation). A second table gives each
 model's step time in one process pinned to one core (the compute one rank has), and with
 tfring, and tfring's overhead per step: the difference, in microseconds and as a share of
-tfring's step (the allreduces, and what tfring adds to them).
+tfring's step (the allreduces, and what tfring adds to them). Beside them, the "async floor":
+the same ranks and step with each gradient's allreduce replaced by an async op that passes
+its input through and completes at once (tfring/kernels/tf/async_floor.cc): what
+TensorFlow itself charges for the step's async ops. tfring over the floor is then the
+communication and tfring's runtime.
 """
 
 import argparse
@@ -68,6 +72,15 @@ def run_tfring(model, args, jit=False):
            sys.executable, WORKER, "tfring", *worker_args(model, args, jit)]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, "tfring")
+
+
+def run_floor(model, args, jit=False):
+    """tfring's step with each gradient's allreduce replaced by the async floor op."""
+    placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
+    cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
+           sys.executable, WORKER, "floor", *worker_args(model, args, jit)]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    return parse_result(proc.stdout + proc.stderr, "the async floor")
 
 
 def free_ports(n):
@@ -127,7 +140,8 @@ def main():
     # (label, function, XLA); the overhead table pairs rows by these keys.
     setups = [("one process (Keras 3, no tfring)", run_single, False),
               (f"tfring, {args.np} ranks", run_tfring, False),
-              ("one process on one core", run_single_one_core, False)]
+              ("one process on one core", run_single_one_core, False),
+              (f"async floor, {args.np} ranks (no communication)", run_floor, False)]
     if not args.skip_xla:
         setups += [("one process, XLA", run_single, True),
                    (f"tfring, {args.np} ranks, XLA", run_tfring, True),
@@ -165,17 +179,23 @@ def main():
                 print(f"| {model} | {label} | {value:.0f} | {ratio} | {rest[0]} | {rest[1]} |",
                       flush=True)
     print("\nstep time (median ms) and tfring's overhead per step against one process on "
-          "one core (the XLA row against the one-core XLA row)")
-    print("| model | XLA | one process, one core | tfring, per rank | overhead us | "
-          "share of tfring's step |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+          "one core (the XLA row against the one-core XLA row), and against the async floor: "
+          "the same ranks and step with each allreduce an async op that does nothing "
+          "(TensorFlow's own cost of such ops; no XLA row: it has no lowering)")
+    print("| model | XLA | one process, one core | async floor, per rank | tfring, per rank | "
+          "overhead us | share of tfring's step | over the floor us |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for model in args.models.split(","):
         for jit in (False, True):
             one = step_ms.get((model, run_single_one_core, jit))
             ring = step_ms.get((model, run_tfring, jit))
+            floor = step_ms.get((model, run_floor, jit))
             if one is not None and ring is not None:
-                print(f"| {model} | {'yes' if jit else 'no'} | {one:.2f} | {ring:.2f} | "
-                      f"{(ring - one) * 1e3:.0f} | {(ring - one) / ring:.0%} |", flush=True)
+                floor_ms = f"{floor:.2f}" if floor is not None else ""
+                over = f"{(ring - floor) * 1e3:.0f}" if floor is not None else ""
+                print(f"| {model} | {'yes' if jit else 'no'} | {one:.2f} | {floor_ms} | "
+                      f"{ring:.2f} | {(ring - one) * 1e3:.0f} | {(ring - one) / ring:.0%} | "
+                      f"{over} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -216,3 +216,19 @@ def test_compressor_base_class_and_gpu_available():
         tfring.nccl_built() and bool(tf.config.list_physical_devices("GPU")))
     with pytest.raises(ValueError, match="TensorFlow"):
         tfring.gpu_available("torch")
+
+
+def test_the_benchmarks_async_floor_op_passes_its_input_through():
+    # bench/keras_fit.py puts it where a step's allreduces would be: it must give back the
+    # tensor itself, eagerly and in a graph, whatever its dtype and shape.
+    floor = _library.ops().tfring_async_floor
+    for value in (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, -1], np.int64)):
+        np.testing.assert_array_equal(floor(tf.constant(value)).numpy(), value)
+
+    @tf.function
+    def step(x):
+        return floor(x) * 2
+
+    x = tf.constant([1.5, -2.0])
+    np.testing.assert_array_equal(step(x).numpy(), [3.0, -4.0])
+    assert step.get_concrete_function(x).output_shapes == tf.TensorShape([2])
