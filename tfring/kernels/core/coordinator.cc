@@ -96,7 +96,7 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
     return "broadcast '" + r.name + "': root_rank " + std::to_string(r.root_rank) +
            " is not in its process set " + RankListString(set);
   }
-  r.name = TensorKey(r.name, set);
+  if (!set.empty()) r.name = TensorKey(r.name, set);  // the global set's key is the name
   return "";
 }
 
