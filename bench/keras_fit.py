@@ -65,22 +65,22 @@ def run_single_one_core(model, args, jit=False):
     return parse_result(proc.stdout + proc.stderr, "one process on one core")
 
 
-def run_tfring(model, args, jit=False):
+def run_on_ranks(mode, what, model, args, jit):
     # One core per rank when there are enough; otherwise oversubscribe, unbound.
     placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
     cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
-           sys.executable, WORKER, "tfring", *worker_args(model, args, jit)]
+           sys.executable, WORKER, mode, *worker_args(model, args, jit)]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    return parse_result(proc.stdout + proc.stderr, "tfring")
+    return parse_result(proc.stdout + proc.stderr, what)
+
+
+def run_tfring(model, args, jit=False):
+    return run_on_ranks("tfring", "tfring", model, args, jit)
 
 
 def run_floor(model, args, jit=False):
     """tfring's step with each gradient's allreduce replaced by the async floor op."""
-    placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
-    cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
-           sys.executable, WORKER, "floor", *worker_args(model, args, jit)]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    return parse_result(proc.stdout + proc.stderr, "the async floor")
+    return run_on_ranks("floor", "the async floor", model, args, jit)
 
 
 def free_ports(n):
