@@ -1,7 +1,8 @@
 // When the cycle starts on ops from a graph (coordinator.h): a lone graph op waits until no
-// more have come for TFRING_BATCH_GAP_US, so that a step's tensors are fused; the tensors
-// of one grouped op arrive together (Coordinator::EnqueueAll) and start at once, in one
-// cycle. Ranks as threads, at sizes 2 and 3.
+// more have come for TFRING_BATCH_GAP_US, so that a step's tensors are fused, unless as
+// many have come as in the largest recent burst; the tensors of one grouped op arrive
+// together (Coordinator::EnqueueAll) and start at once, in one cycle. Ranks as threads, at
+// sizes 2 and 3.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ namespace testing {
 namespace {
 
 constexpr int kSizes[] = {2, 3};
-constexpr double kGapSeconds = 2.0;
+constexpr double kGapSeconds = 0.5;
 
 // A batch gap far longer than any cycle, so that waiting for it shows.
 Options LongGap() {
@@ -62,6 +63,50 @@ TFRING_TEST(BurstInproc, ALoneGraphOpWaitsForTheBurstToEnd) {
       ExpectAllreduced(op, ReduceOp::kSum, size, 0);
       EXPECT_TRUE(SecondsSince(start) >= kGapSeconds * 0.9)
           << "a graph op started before the burst could end: " << SecondsSince(start) << " s";
+    });
+  }
+}
+
+// Submits `count` graph ops (one tensor each) on `rank` and waits for them; the seconds
+// from the first submission to the last result.
+double TimedBurst(InprocJob* job, int rank, int size, int count, const std::string& prefix) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<OpPtr> ops;
+  for (int i = 0; i < count; ++i) {
+    ops.push_back(SubmitAllreduce(job->rank(rank), prefix + "." + std::to_string(i),
+                                  DataType::kFloat32, {4},
+                                  TestValues(DataType::kFloat32, rank, 4, i), ReduceOp::kSum));
+  }
+  for (int i = 0; i < count; ++i) {
+    EXPECT_TRUE(WaitFor(ops[i], 4 * kGapSeconds).ok());
+    ExpectAllreduced(ops[i], ReduceOp::kSum, size, i);
+  }
+  return SecondsSince(start);
+}
+
+TFRING_TEST(BurstInproc, ABurstAsLargeAsTheLastStartsWithoutTheGap) {
+  for (int size : kSizes) {
+    InprocJob job(size, LongGap());
+    job.OnEveryRank([&](int rank) {
+      const double first = TimedBurst(&job, rank, size, 1, "step");
+      EXPECT_TRUE(first >= kGapSeconds * 0.9)
+          << "the first burst started before it could end: " << first << " s";
+      // The same step again: its one op is the whole burst, as last time.
+      const double again = TimedBurst(&job, rank, size, 1, "step");
+      EXPECT_TRUE(again < kGapSeconds / 2)
+          << "a burst as large as the last waited for the gap: " << again << " s";
+    });
+  }
+}
+
+TFRING_TEST(BurstInproc, ABurstSmallerThanARecentOneWaitsForTheGap) {
+  for (int size : kSizes) {
+    InprocJob job(size, LongGap());
+    job.OnEveryRank([&](int rank) {
+      TimedBurst(&job, rank, size, 2, "step");
+      const double smaller = TimedBurst(&job, rank, size, 1, "metric");
+      EXPECT_TRUE(smaller >= kGapSeconds * 0.9)
+          << "one op after a burst of two started without waiting: " << smaller << " s";
     });
   }
 }

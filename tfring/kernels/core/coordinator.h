@@ -33,8 +33,11 @@
 // Ops from a graph (tf.function, TF1) reach the runtime one by one as TF's executor runs
 // them; when such an op arrives the thread first waits until no more have come for
 // TFRING_BATCH_GAP_US (at most the cycle time), so that a step's tensors travel fused
-// instead of one cycle each. Eager ops skip that wait: their caller waits for them alone;
-// so do the tensors of one grouped op, which arrive together (EnqueueAll) and complete.
+// instead of one cycle each. A step submits the same ops every time, so the wait also ends
+// as soon as as many have come as in the largest of the last few bursts (RecentBursts):
+// the gap is then paid only while the runtime learns the step. Eager ops skip that wait:
+// their caller waits for them alone; so do the tensors of one grouped op, which arrive
+// together (EnqueueAll) and complete.
 //
 // The background thread is named tfring-cycles and runs under SCHED_BATCH on Linux
 // (TFRING_SCHED_BATCH; coordinator_drive.cc says why).
@@ -64,6 +67,8 @@
 // join completes with the last rank to join (the highest among the last cycle's joiners).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -112,6 +117,20 @@ struct CycleResponses {
     order.push_back(&made.back());
   }
   bool empty() const { return order.empty(); }
+};
+
+// How many graph ops each of the last few bursts brought (Coordinator::WaitForBurstToEnd).
+// A steady training step brings the same number every time; a smaller burst in between
+// (a metric's op, say) leaves the largest as it was.
+class RecentBursts {
+ public:
+  void Add(uint64_t ops) { sizes_[next_++ % sizes_.size()] = ops; }
+  // 0 until a burst has been seen.
+  uint64_t Largest() const { return *std::max_element(sizes_.begin(), sizes_.end()); }
+
+ private:
+  std::array<uint64_t, 8> sizes_{};
+  size_t next_ = 0;
 };
 
 // Makes the executors of the process set `members` (global ranks, ascending). Called on
@@ -188,7 +207,8 @@ class Coordinator {
   void EnqueueAndDrive(std::vector<Entry> entries);
   // Adds entries to the queue; false (and every entry failed) when not accepting any.
   bool Queue(std::vector<Entry>* entries);
-  // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time.
+  // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time, and
+  // no longer once the burst is as large as the largest recent one.
   void WaitForBurstToEnd(SteadyClock::duration cycle_time);
   // One cycle; sets *progress if anything was taken, executed or changed.
   Status RunCycle(bool* progress, bool* stop);
@@ -267,6 +287,7 @@ class Coordinator {
   Negotiator negotiator_;  // used on rank 0 only
   UnnamedNames unnamed_names_;
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
+  RecentBursts recent_bursts_;
   SteadyClock::time_point last_stall_warning_;
 };
 
