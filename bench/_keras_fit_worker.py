@@ -50,15 +50,29 @@ class StepTimer:
 
     def __init__(self, warmup):
         self.warmup, self.count, self.start, self.end = warmup, 0, None, None
+        self.steps = []  # each timed step's seconds
 
     def on_batch_end(self):
         self.count += 1
+        now = time.perf_counter()
+        if self.count > self.warmup:
+            self.steps.append(now - self.end)
         if self.count == self.warmup:
-            self.start = time.perf_counter()
-        self.end = time.perf_counter()
+            self.start = now
+        self.end = now
 
     def seconds_per_step(self):
+        """The mean: what the throughput is."""
         return (self.end - self.start) / (self.count - self.warmup)
+
+    def median_seconds_per_step(self):
+        """The typical step. A few steps of a run take several times as long (the VM, the
+        other rank's scheduling; and in synchronous training the slower rank sets every
+        step), which moves the mean of a short run by more than the differences the
+        overhead table is after."""
+        ordered = sorted(self.steps)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def make_data(np, shape, n, seed):
@@ -126,6 +140,7 @@ def run(args):
     step_s = timer.seconds_per_step()
     result = {"mode": args.mode, "model": args.model, "workers": workers,
               "batch_per_worker": args.batch, "step_ms": step_s * 1e3,
+              "step_median_ms": timer.median_seconds_per_step() * 1e3,
               "samples_per_s": workers * args.batch / step_s,
               "jit_compile": bool(getattr(model, "jit_compile", False))}
     if args.mode == "tfring":

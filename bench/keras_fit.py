@@ -16,8 +16,10 @@ inside the compiled step); the one-process-on-one-core row too, for the overhead
 Each is the median of --repeats runs; the ratio column divides by the faster of the two
 one-process figures (with and without XLA), and the XLA rows say whether the step really
 ran under XLA.
-Timed steps exclude the first --warmup ones (tracing, allocation). A second table gives each
-model's step time in one process pinned to one core (the compute one rank has), and with
+Timed steps exclude the first --warmup ones (tracing, allocation). samples/s is from the mean
+step. A second table gives each model's typical step time (each run's median step: a few
+steps of a run take several times as long, and move a short run's mean by more than the
+overhead in question) in one process pinned to one core (the compute one rank has), and with
 tfring, and tfring's overhead per step: the difference, in microseconds and as a share of
 tfring's step (the allreduces, and what tfring adds to them). Beside them, the "async floor":
 the same ranks and step with each gradient's allreduce replaced by an async op that passes
@@ -112,8 +114,14 @@ def _has_taskset():
     return subprocess.run(["which", "taskset"], capture_output=True).returncode == 0
 
 
+# Timed steps per run unless --steps says: the comm model's step is a few ms, and its
+# medians need more of them to settle.
+DEFAULT_STEPS = {"mlp": 60, "cnn": 60, "comm": 400}
+
+
 def worker_args(model, args, jit=False):
-    return ["--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
+    steps = args.steps if args.steps is not None else DEFAULT_STEPS[model]
+    return ["--model", model, "--batch", str(args.batch), "--steps", str(steps),
             "--warmup", str(args.warmup)] + (["--jit-compile"] if jit else [])
 
 
@@ -126,7 +134,8 @@ def main():
     parser.add_argument("--models", default="mlp,cnn,comm")
     parser.add_argument("--np", type=int, default=2, help="ranks / workers")
     parser.add_argument("--batch", type=int, default=64, help="per process")
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per run (default: 60; the comm model 400)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-mwms", action="store_true")
@@ -158,7 +167,7 @@ def main():
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 rows.append((label, None, str(e).splitlines()[0][:80]))
                 continue
-            step_ms[(model, fn, jit)] = statistics.median(r["step_ms"] for r in runs)
+            step_ms[(model, fn, jit)] = statistics.median(r["step_median_ms"] for r in runs)
             notes = []
             if "identical_weights" in runs[0]:
                 notes.append("identical weights on all ranks: "
@@ -178,7 +187,8 @@ def main():
                 ratio = f"{value / base:.2f}" if base else ""
                 print(f"| {model} | {label} | {value:.0f} | {ratio} | {rest[0]} | {rest[1]} |",
                       flush=True)
-    print("\nstep time (median ms) and tfring's overhead per step against one process on "
+    print("\nstep time (ms; each run's median step, the median over runs) and tfring's "
+          "overhead per step against one process on "
           "one core (the XLA row against the one-core XLA row), and against the async floor: "
           "the same ranks and step with each allreduce an async op that does nothing "
           "(TensorFlow's own cost of such ops; no XLA row: it has no lowering)")
