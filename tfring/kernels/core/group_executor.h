@@ -42,9 +42,13 @@ class GroupExecutor {
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
 
  protected:
+  // Whether the timeline records: callers build a phase's name and arguments (strings, a
+  // JSON object naming the group's first tensor) only then, not for every fused group of
+  // every cycle.
+  bool recording() const { return timeline_ != nullptr && timeline_->active(); }
   void Phase(const std::vector<Entry*>& group, const std::string& phase,
              const std::string& args = "") {
-    if (timeline_ != nullptr) timeline_->GroupPhase(group, phase, args);
+    if (recording()) timeline_->GroupPhase(group, phase, args);
   }
   Timeline* timeline_ = nullptr;
 };

@@ -86,7 +86,10 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
       ScaleInPlace(dtype, e.request.prescale_factor, e.output, count);
       in = e.output;
     }
-    Phase(group, PhaseName(backend_->allreduce_phase()), Timeline::GroupArgs(group, count * esize));
+    if (recording()) {
+      Phase(group, PhaseName(backend_->allreduce_phase()),
+            Timeline::GroupArgs(group, count * esize));
+    }
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
     Postprocess(e, r, e.output, e.output, count);
     return Status::OK();
@@ -95,7 +98,7 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   const bool in_outputs = OutputsLaidOutAs(group, packed);
   char* buffer = in_outputs ? static_cast<char*>(group[0]->output)
                             : FusionBuffer(0, packed.total_bytes);
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
     if (i + 1 < group.size()) {  // the gap before the next tensor: zeros, on every rank
@@ -107,11 +110,13 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
                    packed.bytes[i] / esize);
     }
   }
-  Phase(group, PhaseName(backend_->allreduce_phase()),
-        Timeline::GroupArgs(group, packed.total_bytes));
+  if (recording()) {
+    Phase(group, PhaseName(backend_->allreduce_phase()),
+          Timeline::GroupArgs(group, packed.total_bytes));
+  }
   TFRING_RETURN_IF_ERROR(
       backend_->Allreduce(buffer, buffer, packed.total_bytes / esize, dtype, wire_op));
-  if (!in_outputs) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (!in_outputs && recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     char* out = in_outputs ? buffer + packed.offsets[i] : static_cast<char*>(group[i]->output);
     Postprocess(*group[i], r, buffer + packed.offsets[i], out, packed.bytes[i] / esize);
@@ -127,20 +132,20 @@ Status HostExecutor::Allgather(const std::vector<Entry*>& group,
     TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
   }
   const GatherLayout layout = PlanGather(group, rs, rank_, size_);
-  const std::string args = Timeline::GroupArgs(group, layout.total_bytes);
+  const std::string args = recording() ? Timeline::GroupArgs(group, layout.total_bytes) : "";
   if (group.size() == 1) {
-    Phase(group, PhaseName("ALLGATHER"), args);
+    if (recording()) Phase(group, PhaseName("ALLGATHER"), args);
     return backend_->Allgather(group[0]->input, group[0]->output, layout.bytes_per_rank);
   }
   char* send = FusionBuffer(0, layout.send.total_bytes);
   char* recv = FusionBuffer(1, layout.total_bytes);
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     CopyBytes(send + layout.send.offsets[i], group[i]->input, layout.send.bytes[i]);
   }
-  Phase(group, PhaseName("ALLGATHER"), args);
+  if (recording()) Phase(group, PhaseName("ALLGATHER"), args);
   TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, layout.bytes_per_rank));
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (const GatherPiece& p : layout.pieces) {
     CopyBytes(static_cast<char*>(group[p.tensor]->output) + p.to_offset, recv + p.from_offset,
               p.bytes);
@@ -154,18 +159,21 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
     Entry& e = *group[0];
     const int64_t bytes = TensorBytes(e.request);
     if (is_root && e.output != e.input) CopyBytes(e.output, e.input, bytes);
-    Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, bytes));
+    if (recording()) Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, bytes));
     return backend_->Broadcast(e.output, bytes, r.root_rank);
   }
   const Packed packed = PlanPacked(group);
   char* buffer = FusionBuffer(0, packed.total_bytes);
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   for (size_t i = 0; i < group.size() && is_root; ++i) {
     CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
   }
-  Phase(group, PhaseName("BROADCAST"), Timeline::GroupArgs(group, packed.total_bytes));
+  if (recording()) {
+    Phase(group, PhaseName("BROADCAST"),
+          Timeline::GroupArgs(group, packed.total_bytes));
+  }
   TFRING_RETURN_IF_ERROR(backend_->Broadcast(buffer, packed.total_bytes, r.root_rank));
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     CopyBytes(group[i]->output, buffer + packed.offsets[i], packed.bytes[i]);
   }
@@ -187,7 +195,10 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
       ScaleInPlace(r.dtype, e->request.prescale_factor, scaled, total);
       in = scaled;
     }
-    Phase({e}, PhaseName("REDUCESCATTER"), Timeline::GroupArgs({e}, total * esize));
+    if (recording()) {
+      Phase({e}, PhaseName("REDUCESCATTER"),
+            Timeline::GroupArgs({e}, total * esize));
+    }
     TFRING_RETURN_IF_ERROR(backend_->Reducescatter(in, e->output, counts, r.dtype, wire_op));
     Postprocess(*e, r, e->output, e->output, counts[rank_]);
   }
@@ -199,7 +210,10 @@ Status HostExecutor::Alltoall(const std::vector<Entry*>& group, const Response& 
     const AlltoallLayout l = PlanAlltoall(*e, r, rank_, size_);
     TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
     TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
-    Phase({e}, PhaseName("ALLTOALL"), Timeline::GroupArgs({e}, TensorBytes(e->request)));
+    if (recording()) {
+      Phase({e}, PhaseName("ALLTOALL"),
+            Timeline::GroupArgs({e}, TensorBytes(e->request)));
+    }
     TFRING_RETURN_IF_ERROR(backend_->Alltoall(e->input, l.send_bytes, e->output, l.recv_bytes));
   }
   return Status::OK();

@@ -40,7 +40,7 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
 }
 
 Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged& staged) {
-  Phase(group, "MEMCPY_HOST_TO_DEVICE");
+  if (recording()) Phase(group, "MEMCPY_HOST_TO_DEVICE");
   for (size_t i = 0; i < group.size(); ++i) {
     const bool gathered = group[i]->request.kind != CollectiveKind::kAllreduce &&
                           group[i]->request.kind != CollectiveKind::kBroadcast;

@@ -174,8 +174,11 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   if (group.size() == 1) {
     Entry& e = *group[0];
     const int64_t count = NumElements(e.request.shape);
-    Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
-          Timeline::GroupArgs(group, count * esize));
+    if (recording()) {
+      Phase(group,
+            options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
+            Timeline::GroupArgs(group, count * esize));
+    }
     if (count > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(e.input, e.output, count, r.dtype, r));
     return Complete(std::string("NCCL allreduce of '") + e.request.name + "'");
   }
@@ -183,12 +186,14 @@ Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   const int64_t total = packed.total_bytes / static_cast<int64_t>(esize);
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   TFRING_RETURN_IF_ERROR(PackInputs(group, packed, buffer));
-  Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
-        Timeline::GroupArgs(group, packed.total_bytes));
+  if (recording()) {
+    Phase(group, options_.hierarchical_allreduce ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE",
+          Timeline::GroupArgs(group, packed.total_bytes));
+  }
   if (total > 0) TFRING_RETURN_IF_ERROR(ReduceBuffer(buffer, buffer, total, r.dtype, r));
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   TFRING_RETURN_IF_ERROR(UnpackOutputs(group, packed, buffer));
   return Complete("NCCL allreduce of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");
@@ -234,20 +239,20 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
                            (group.size() > 1 ? " and " + std::to_string(group.size() - 1) +
                                                    " fused tensors"
                                              : "");
-  const std::string args = Timeline::GroupArgs(group, layout.total_bytes);
+  const std::string args = recording() ? Timeline::GroupArgs(group, layout.total_bytes) : "";
   if (group.size() == 1) {
-    Phase(group, "NCCL_ALLGATHER", args);
+    if (recording()) Phase(group, "NCCL_ALLGATHER", args);
     TFRING_RETURN_IF_ERROR(GatherV(group[0]->input, group[0]->output, layout.bytes_per_rank));
     return Complete(what);
   }
   char *send, *recv;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, layout.send.total_bytes, &send));
   TFRING_RETURN_IF_ERROR(DeviceBuffer(1, layout.total_bytes, &recv));
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   TFRING_RETURN_IF_ERROR(PackInputs(group, layout.send, send));
-  Phase(group, "NCCL_ALLGATHER", args);
+  if (recording()) Phase(group, "NCCL_ALLGATHER", args);
   TFRING_RETURN_IF_ERROR(GatherV(send, recv, layout.bytes_per_rank));
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   std::vector<DeviceCopy> pieces;
   pieces.reserve(layout.pieces.size());
   for (const GatherPiece& p : layout.pieces) {
@@ -265,7 +270,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   if (group.size() == 1) {
     Entry& e = *group[0];
     const int64_t bytes = TensorBytes(e.request);
-    Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, bytes));
+    if (recording()) Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, bytes));
     if (bytes > 0) {
       TFRING_NCCL_LAUNCH(ncclBroadcast(e.input, e.output, bytes, ncclUint8, r.root_rank,
                                        world_.comm, stream_),
@@ -276,15 +281,15 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
   const Packed packed = PlanPacked(group);
   char* buffer;
   TFRING_RETURN_IF_ERROR(DeviceBuffer(0, packed.total_bytes, &buffer));
-  Phase(group, "MEMCPY_IN_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   if (is_root) TFRING_RETURN_IF_ERROR(PackInputs(group, packed, buffer));
-  Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, packed.total_bytes));
+  if (recording()) Phase(group, "NCCL_BROADCAST", Timeline::GroupArgs(group, packed.total_bytes));
   if (packed.total_bytes > 0) {
     TFRING_NCCL_LAUNCH(ncclBroadcast(buffer, buffer, packed.total_bytes, ncclUint8, r.root_rank,
                                      world_.comm, stream_),
                        &world_);
   }
-  Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   TFRING_RETURN_IF_ERROR(UnpackOutputs(group, packed, buffer));
   return Complete("NCCL broadcast of " + std::to_string(group.size()) + " fused tensors, first '" +
                   r.name + "'");
@@ -316,7 +321,7 @@ Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
       }
       in = scaled;
     }
-    Phase({e}, "NCCL_REDUCESCATTER", Timeline::GroupArgs({e}, total * esize));
+    if (recording()) Phase({e}, "NCCL_REDUCESCATTER", Timeline::GroupArgs({e}, total * esize));
     bool even = true;
     for (int64_t c : counts) even = even && c == counts[0];
     if (s.ok() && even && counts[0] > 0) {
@@ -360,7 +365,7 @@ Status NcclExecutor::Alltoall(const std::vector<Entry*>& group, const Response& 
     TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
     TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
     TFRING_RETURN_IF_ERROR(WaitForProducerStream(*e));
-    Phase({e}, "NCCL_ALLTOALL", Timeline::GroupArgs({e}, TensorBytes(e->request)));
+    if (recording()) Phase({e}, "NCCL_ALLTOALL", Timeline::GroupArgs({e}, TensorBytes(e->request)));
     // One send and one receive per peer, in one NCCL group.
     const ncclResult_t start = ncclGroupStart();
     ncclResult_t rc = start;
