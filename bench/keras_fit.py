@@ -13,7 +13,8 @@ over all processes, of:
     tf_keras: TF's own way, which fails with Keras 3's model.fit.
 The first two also with XLA (`jit_compile=True`, which tfring keeps: its allreduce runs
 inside the compiled step); the one-process-on-one-core row too, for the overhead table.
-Each is the median of --repeats runs; the ratio column divides by the faster of the two
+Each is the median of --repeats runs, taken in rounds (each round runs every set-up once, so
+that all of them see the VM's drift alike); the ratio column divides by the faster of the two
 one-process figures (with and without XLA), and the XLA rows say whether the step really
 ran under XLA.
 Timed steps exclude the first --warmup ones (tracing, allocation). samples/s is from the mean
@@ -160,12 +161,22 @@ def main():
                        False))
     step_ms = {}  # (model, function, XLA) -> median step time
     for model in args.models.split(","):
+        # Round by round, every set-up once per round: the VM's speed drifts from minute to
+        # minute, and set-ups run one after another would each see another phase of it.
+        results = {label: [] for label, _, _ in setups}  # a list of runs, or the error
+        for _ in range(args.repeats):
+            for label, fn, jit in setups:
+                if isinstance(results[label], str):
+                    continue  # failed in an earlier round
+                try:
+                    results[label].append(fn(model, args, jit))
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    results[label] = str(e).splitlines()[0][:80]
         rows = []
         for label, fn, jit in setups:
-            try:
-                runs = [fn(model, args, jit) for _ in range(args.repeats)]
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                rows.append((label, None, str(e).splitlines()[0][:80]))
+            runs = results[label]
+            if isinstance(runs, str):
+                rows.append((label, None, runs))
                 continue
             step_ms[(model, fn, jit)] = statistics.median(r["step_median_ms"] for r in runs)
             notes = []
@@ -193,8 +204,8 @@ def main():
           "the same ranks and step with each allreduce an async op that does nothing "
           "(TensorFlow's own cost of such ops; no XLA row: it has no lowering)")
     print("| model | XLA | one process, one core | async floor, per rank | tfring, per rank | "
-          "overhead us | share of tfring's step | over the floor us |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "overhead us | share of tfring's step | over the floor us | share over the floor |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for model in args.models.split(","):
         for jit in (False, True):
             one = step_ms.get((model, run_single_one_core, jit))
@@ -203,9 +214,10 @@ def main():
             if one is not None and ring is not None:
                 floor_ms = f"{floor:.2f}" if floor is not None else ""
                 over = f"{(ring - floor) * 1e3:.0f}" if floor is not None else ""
+                over_share = f"{(ring - floor) / ring:.0%}" if floor is not None else ""
                 print(f"| {model} | {'yes' if jit else 'no'} | {one:.2f} | {floor_ms} | "
                       f"{ring:.2f} | {(ring - one) * 1e3:.0f} | {(ring - one) / ring:.0%} | "
-                      f"{over} |", flush=True)
+                      f"{over} | {over_share} |", flush=True)
 
 
 if __name__ == "__main__":
