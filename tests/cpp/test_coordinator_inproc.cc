@@ -194,6 +194,31 @@ TFRING_TEST(CoordinatorInproc, FusedAverageOfEveryDtype) {
   }
 }
 
+// One op's tensors queued together, one of them with a bad process set: that one fails at
+// once, and the others, before and after it, run as usual (EnqueueAll keeps them in place).
+TFRING_TEST(CoordinatorInproc, AGroupWithABadTensorRunsTheOthers) {
+  for (int size : kSizes) {
+    InprocJob job(size, TestOptions());
+    job.OnEveryRank([&](int rank) {
+      std::vector<Entry> entries;
+      const EnqueueFn collect = [&entries](Entry e) { entries.push_back(std::move(e)); };
+      const EnqueueFn collect_bad = [&entries](Entry e) {
+        e.request.process_set = {0, 0};  // not distinct: refused before it is queued
+        entries.push_back(std::move(e));
+      };
+      std::vector<OpPtr> ops;
+      for (int i = 0; i < 4; ++i) {
+        ops.push_back(SubmitAllreduce(i == 1 ? collect_bad : collect, "part/" + std::to_string(i),
+                                      DataType::kFloat32, {5},
+                                      TestValues(DataType::kFloat32, rank, 5, i), ReduceOp::kSum));
+      }
+      job.rank(rank)->EnqueueAll(std::move(entries));
+      ExpectFailure(ops[1], StatusCode::kInvalidArgument, "must list distinct ranks");
+      for (int i : {0, 2, 3}) ExpectAllreduced(ops[i], ReduceOp::kSum, size, i);
+    });
+  }
+}
+
 TFRING_TEST(CoordinatorInproc, FusionThresholdZero) {
   for (int size : kSizes) {
     Options o = TestOptions();

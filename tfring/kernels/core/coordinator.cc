@@ -107,20 +107,23 @@ void Coordinator::Enqueue(Entry entry) {
 }
 
 void Coordinator::EnqueueAll(std::vector<Entry> entries) {
-  std::vector<Entry> ok;
-  ok.reserve(entries.size());
-  for (Entry& e : entries) {
-    const std::string problem = PrepareEntry(&e);
-    if (problem.empty()) {
-      ok.push_back(std::move(e));
-    } else {
-      e.done(Status::InvalidArgument(problem));
+  // The entries that pass stay where they are (in order, those after a failed one moved
+  // up): no second vector, no second move of each entry.
+  size_t kept = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string problem = PrepareEntry(&entries[i]);
+    if (!problem.empty()) {
+      entries[i].done(Status::InvalidArgument(problem));
+      continue;
     }
+    if (kept != i) entries[kept] = std::move(entries[i]);
+    ++kept;
   }
-  if (ok.empty()) return;
-  if (ok[0].eager) {
-    EnqueueAndDrive(std::move(ok));  // coordinator_drive.cc
-  } else if (Queue(&ok)) {
+  entries.erase(entries.begin() + kept, entries.end());
+  if (entries.empty()) return;
+  if (entries[0].eager) {
+    EnqueueAndDrive(std::move(entries));  // coordinator_drive.cc
+  } else if (Queue(&entries)) {
     wake_.notify_one();
   }
 }
@@ -167,7 +170,7 @@ bool Coordinator::peer_lost() const {
 
 void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,
                                  bool* progress) {
-  std::deque<Entry> fresh;
+  std::vector<Entry>& fresh = taken_;  // empty; its capacity is reused from cycle to cycle
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fresh.swap(queue_);
@@ -205,18 +208,19 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
           "' until every rank has joined"));
       continue;
     }
-    Pending p{std::move(e), State::kToSend, -1, now};
-    const int slot = CachedSlotFor(&p, &name, invalidate);
-    if (slot >= 0) {
-      p.state = State::kCachedWaiting;
-      p.slot = slot;
-    } else {
-      send_order_.push_back(name);
-    }
-    timeline_.Submitted(name, p.entry.created);
-    const auto placed = table_.emplace(std::move(name), std::move(p)).first;
+    std::string unnamed_name;
+    const int slot = CachedSlotFor(&e, &name, &unnamed_name, invalidate);
+    if (slot < 0) send_order_.push_back(name);
+    timeline_.Submitted(name, e.created);
+    const auto placed =
+        table_.emplace(std::piecewise_construct, std::forward_as_tuple(std::move(name)),
+                       std::forward_as_tuple(std::move(e),
+                                             slot >= 0 ? State::kCachedWaiting : State::kToSend,
+                                             slot, now, std::move(unnamed_name)))
+            .first;
     timeline_.Phase(placed->first, "NEGOTIATE");
   }
+  fresh.clear();  // each one moved into the table or failed
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
   for (auto& kv : table_) {
@@ -228,8 +232,9 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
   }
 }
 
-int Coordinator::CachedSlotFor(Pending* p, std::string* key, std::vector<int>* invalidate) {
-  Request& q = p->entry.request;
+int Coordinator::CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
+                               std::vector<int>* invalidate) {
+  Request& q = e->request;
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
     const int slot = cache_.Find(q.name);
     if (slot >= 0 && cache_.signature(slot).SameSignature(q)) return slot;
@@ -249,7 +254,7 @@ int Coordinator::CachedSlotFor(Pending* p, std::string* key, std::vector<int>* i
     invalidate->push_back(slot);  // another shape (say) at the same line
     return -1;
   }
-  p->unnamed_name = q.name;
+  *unnamed_name = q.name;
   q.name = site;
   *key = site;
   return slot;
@@ -413,7 +418,7 @@ void Coordinator::Finish(Table::iterator it, const Status& status) {
 }
 
 void Coordinator::FailEverything(const Status& status) {
-  std::deque<Entry> queued;
+  std::vector<Entry> queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     accepting_ = false;

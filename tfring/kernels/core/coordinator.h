@@ -188,6 +188,13 @@ class Coordinator {
  private:
   enum class State { kToSend, kSent, kCachedWaiting, kJoined };
   struct Pending {
+    // Made in place in the table (TakeNewEntries): an Entry is large (a request, three
+    // std::functions), and every move of it is paid per tensor per step.
+    Pending(Entry&& e, State s, int cache_slot, SteadyClock::time_point t,
+            std::string unnamed = {})
+        : entry(std::move(e)), state(s), slot(cache_slot), since(t),
+          unnamed_name(std::move(unnamed)) {}
+
     Entry entry;
     State state;
     int slot = -1;
@@ -213,8 +220,10 @@ class Coordinator {
   // One cycle; sets *progress if anything was taken, executed or changed.
   Status RunCycle(bool* progress, bool* stop);
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
-  // The cache slot a new entry may wait on (-1: none), and the name it is kept under.
-  int CachedSlotFor(Pending* p, std::string* key, std::vector<int>* invalidate);
+  // The cache slot a new entry may wait on (-1: none), and the name it is kept under (an
+  // unnamed call waiting on its call site's slot: *unnamed_name is then its own).
+  int CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
+                    std::vector<int>* invalidate);
   // A cached entry whose slot is gone goes to negotiation (under its own name).
   void NegotiateInstead(const std::string& key);
   Status Negotiate(CycleResponses* execute, bool* stop);
@@ -252,7 +261,9 @@ class Coordinator {
   // Shared with Enqueue/Shutdown callers.
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Entry> queue_;
+  // A vector, not a deque: a deque holds one Entry per block, a malloc and a free per
+  // tensor; TakeNewEntries swaps it with taken_, so both keep their capacity.
+  std::vector<Entry> queue_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever
   bool accepting_ = false;
@@ -272,6 +283,7 @@ class Coordinator {
   std::atomic<int64_t> last_cycle_ns_{0};
 
   // Owned by whoever holds cycle_mutex_.
+  std::vector<Entry> taken_;  // the entries TakeNewEntries took from queue_
   Table table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
