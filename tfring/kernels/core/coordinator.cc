@@ -144,8 +144,9 @@ bool Coordinator::Queue(std::vector<Entry>* entries) {
   if (entries->size() == 1 && !(*entries)[0].eager) {
     graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
   }
-  for (Entry& e : *entries) queue_.push_back(std::move(e));
-  queued_.fetch_add(static_cast<int>(entries->size()), std::memory_order_release);
+  const int count = static_cast<int>(entries->size());
+  queue_.push_back(std::move(*entries));  // the op's entries stay where its kernel put them
+  queued_.fetch_add(count, std::memory_order_release);
   return true;
 }
 
@@ -170,57 +171,19 @@ bool Coordinator::peer_lost() const {
 
 void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,
                                  bool* progress) {
-  std::vector<Entry>& fresh = taken_;  // empty; its capacity is reused from cycle to cycle
+  std::vector<std::vector<Entry>>& fresh = taken_;  // empty; its capacity is reused
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fresh.swap(queue_);
     queued_.store(0, std::memory_order_relaxed);
   }
-  for (Entry& e : fresh) {
-    *progress = true;
-    std::string name = e.request.name;  // the table's key (an unnamed call's: its call site)
-    if (e.request.kind == CollectiveKind::kJoin && joined_) {
-      e.done(Status::FailedPrecondition("join() is already pending on rank " +
-                                        std::to_string(rank_)));
-      continue;
+  for (std::vector<Entry>& op : fresh) {
+    for (Entry& e : op) {
+      *progress = true;
+      TakeNewEntry(&e, now, invalidate);
     }
-    if (table_.count(name)) {
-      e.done(Status::InvalidArgument(
-          "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
-          ": a second op with the same name was submitted before the first finished. Give "
-          "each concurrent op its own name="));
-      continue;
-    }
-    if (e.request.kind == CollectiveKind::kJoin) {
-      // From now on this rank takes part with no data. Its cached entries go through
-      // negotiation, where rank 0 sees that it has them: a cached run counts every joined
-      // member of the set as having none.
-      joined_ = true;
-      for (auto& kv : table_) {
-        if (kv.second.state == State::kCachedWaiting) invalidate->push_back(kv.second.slot);
-      }
-      table_.emplace(name, Pending{std::move(e), State::kJoined, -1, now});
-      continue;
-    }
-    if (joined_) {
-      e.done(Status::FailedPrecondition(
-          "rank " + std::to_string(rank_) + " has joined (tfring.join) and cannot run '" + name +
-          "' until every rank has joined"));
-      continue;
-    }
-    std::string unnamed_name;
-    const int slot = CachedSlotFor(&e, &name, &unnamed_name, invalidate);
-    if (slot < 0) send_order_.push_back(name);
-    timeline_.Submitted(name, e.created);
-    const auto placed =
-        table_.emplace(std::piecewise_construct, std::forward_as_tuple(std::move(name)),
-                       std::forward_as_tuple(std::move(e),
-                                             slot >= 0 ? State::kCachedWaiting : State::kToSend,
-                                             slot, now, std::move(unnamed_name)))
-            .first;
-    timeline_.Phase(placed->first, "NEGOTIATE");
   }
-  fresh.clear();  // each one moved into the table or failed
+  fresh.clear();  // each entry moved into the table or failed
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
   for (auto& kv : table_) {
@@ -230,6 +193,52 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       invalidate->push_back(p.slot);
     }
   }
+}
+
+void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
+                               std::vector<int>* invalidate) {
+  Entry& e = *entry;
+  std::string name = e.request.name;  // the table's key (an unnamed call's: its call site)
+  if (e.request.kind == CollectiveKind::kJoin && joined_) {
+    e.done(Status::FailedPrecondition("join() is already pending on rank " +
+                                      std::to_string(rank_)));
+    return;
+  }
+  if (table_.count(name)) {
+    e.done(Status::InvalidArgument(
+        "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
+        ": a second op with the same name was submitted before the first finished. Give "
+        "each concurrent op its own name="));
+    return;
+  }
+  if (e.request.kind == CollectiveKind::kJoin) {
+    // From now on this rank takes part with no data. Its cached entries go through
+    // negotiation, where rank 0 sees that it has them: a cached run counts every joined
+    // member of the set as having none.
+    joined_ = true;
+    for (auto& kv : table_) {
+      if (kv.second.state == State::kCachedWaiting) invalidate->push_back(kv.second.slot);
+    }
+    table_.emplace(name, Pending{std::move(e), State::kJoined, -1, now});
+    return;
+  }
+  if (joined_) {
+    e.done(Status::FailedPrecondition(
+        "rank " + std::to_string(rank_) + " has joined (tfring.join) and cannot run '" + name +
+        "' until every rank has joined"));
+    return;
+  }
+  std::string unnamed_name;
+  const int slot = CachedSlotFor(&e, &name, &unnamed_name, invalidate);
+  if (slot < 0) send_order_.push_back(name);
+  timeline_.Submitted(name, e.created);
+  const auto placed =
+      table_.emplace(std::piecewise_construct, std::forward_as_tuple(std::move(name)),
+                     std::forward_as_tuple(std::move(e),
+                                           slot >= 0 ? State::kCachedWaiting : State::kToSend,
+                                           slot, now, std::move(unnamed_name)))
+          .first;
+  timeline_.Phase(placed->first, "NEGOTIATE");
 }
 
 int Coordinator::CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
@@ -418,7 +427,7 @@ void Coordinator::Finish(Table::iterator it, const Status& status) {
 }
 
 void Coordinator::FailEverything(const Status& status) {
-  std::vector<Entry> queued;
+  std::vector<std::vector<Entry>> queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     accepting_ = false;
@@ -433,7 +442,9 @@ void Coordinator::FailEverything(const Status& status) {
                                         std::to_string(rank_) + ")"));
   }
   send_order_.clear();
-  for (Entry& e : queued) e.done(status);
+  for (std::vector<Entry>& op : queued) {
+    for (Entry& e : op) e.done(status);
+  }
 }
 
 }  // namespace tfring

@@ -220,6 +220,9 @@ class Coordinator {
   // One cycle; sets *progress if anything was taken, executed or changed.
   Status RunCycle(bool* progress, bool* stop);
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
+  // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or
+  // fails it (a name already in flight, an op after join()).
+  void TakeNewEntry(Entry* entry, SteadyClock::time_point now, std::vector<int>* invalidate);
   // The cache slot a new entry may wait on (-1: none), and the name it is kept under (an
   // unnamed call waiting on its call site's slot: *unnamed_name is then its own).
   int CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
@@ -261,9 +264,10 @@ class Coordinator {
   // Shared with Enqueue/Shutdown callers.
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  // A vector, not a deque: a deque holds one Entry per block, a malloc and a free per
-  // tensor; TakeNewEntries swaps it with taken_, so both keep their capacity.
-  std::vector<Entry> queue_;
+  // Each queued op's entries, as its kernel made them: queueing moves no Entry (large: a
+  // request, three std::functions), and TakeNewEntries swaps this with taken_, so both
+  // keep their capacity. (A deque of Entry held one per block: a malloc and a free each.)
+  std::vector<std::vector<Entry>> queue_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever
   bool accepting_ = false;
@@ -283,7 +287,7 @@ class Coordinator {
   std::atomic<int64_t> last_cycle_ns_{0};
 
   // Owned by whoever holds cycle_mutex_.
-  std::vector<Entry> taken_;  // the entries TakeNewEntries took from queue_
+  std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from queue_
   Table table_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
