@@ -16,7 +16,7 @@ TF_KERAS_VERSION ?= 2.21.0
 GPU_BUILD_PINS ?= nvidia-nccl-cu13==2.30.7 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
                   nvidia-cuda-cccl==13.0.85
 
-.PHONY: demo test build build-sanitized bench bench-keras bench-autotune compat clean
+.PHONY: demo test build build-sanitized bench bench-keras bench-autotune bench-native compat clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -54,6 +54,10 @@ bench-keras: build
 
 bench-autotune: build
 	$(PYTHON) bench/autotune.py
+
+# The runtime's bookkeeping per tensor, on in-process ranks (bench/native/coordinator_bookkeeping.cc).
+bench-native: build
+	build/bench/coordinator_bookkeeping
 
 # Not part of `make test`: a venv per TensorFlow 2.16-2.21 (downloads each), tfring installed
 # from its sdist, built at first import, smoke-tested on 2 ranks; prints README's table.

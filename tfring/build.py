@@ -54,9 +54,12 @@ TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
 TF_XLA_GLUE_DIR = "tf/xla"  # where TensorFlow's wheel has XLA's headers (_toolchain.find_xla_toolchain)
 INPROC_DIR = "backends/inproc"
-NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # GPU builds only (NCCL benchmarks)
-# Native test sources that need CUDA and NCCL: built in GPU builds only.
+NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # built with the native tests
+# Native test and benchmark sources that need CUDA and NCCL: built in GPU builds only.
 GPU_TEST_MARKERS = ("nccl", "cuda")
+# What the native benchmarks link beside the runtime: the in-process backend and ranks.
+BENCH_SUPPORT = [os.path.join(ROOT, "tests", "cpp", f)
+                 for f in ("inproc_job.cc", "fake_device_memory.cc")]
 
 
 def tensorflow_flags():
@@ -315,8 +318,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]
         jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
-        if gpu:
-            jobs += [(mpicxx, runtime_flags, s) for s in sources(NATIVE_BENCH_DIR)]
+        if not sanitize:
+            jobs += [(mpicxx, runtime_flags, s) for s in bench_sources(gpu)]
     # The XLA lowerings' headers moved between TensorFlow releases: where they fail to
     # compile (and TFRING_WITH_XLA is not 1), the library is built without them, its record
     # says why, and tfring keeps XLA off for steps with its ops.
@@ -337,8 +340,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     if with_tests:
         build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu),
                            gpu_link + extra_link, tests_dir)
-        if gpu:
-            build_native_benches(mpicxx, by_source, runtime_objs, gpu_link)
+        if not sanitize:
+            build_native_benches(mpicxx, by_source, runtime_objs, bench_sources(gpu), gpu_link)
     nccl_note = (f"NCCL {gpu.nccl_version()}: built" if gpu else f"NCCL: not built, {gpu_reason}")
     if native_only:
         say(f"tfring: built the native tests in {tests_dir} without TensorFlow "
@@ -377,12 +380,20 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     return record
 
 
-def build_native_benches(mpicxx, by_source, runtime_objs, gpu_link):
-    """bench/native/*.cc (GPU builds): each a binary over the runtime, in build/bench/."""
+def bench_sources(gpu):
+    """bench/native/*.cc; those for NCCL only in GPU builds."""
+    files = sources(NATIVE_BENCH_DIR)
+    return files if gpu else [f for f in files if not any(m in f for m in GPU_TEST_MARKERS)]
+
+
+def build_native_benches(mpicxx, by_source, runtime_objs, bench_files, gpu_link):
+    """bench/native/*.cc: each a binary over the runtime and the in-process ranks, in
+    build/bench/."""
     core = [o for o in runtime_objs if "/runtime/" not in o]
-    for source in sources(NATIVE_BENCH_DIR):
+    support = [by_source[s] for s in sources(INPROC_DIR) + BENCH_SUPPORT]
+    for source in bench_files:
         out = os.path.join(CHECKOUT_BUILD_DIR, "bench", os.path.basename(source)[:-3])
-        link(mpicxx, core + [by_source[source]], out, ["-pthread"] + gpu_link)
+        link(mpicxx, core + support + [by_source[source]], out, ["-pthread"] + gpu_link)
 
 
 def build_native_tests(mpicxx, by_source, runtime_objs, test_files, link_flags, tests_dir):

@@ -359,6 +359,33 @@ TFRING_TEST(CoordinatorInproc, DuplicateNameInFlightFails) {
   }
 }
 
+TFRING_TEST(CoordinatorInproc, DuplicateOfACachedNameInFlightFails) {
+  for (int size : kSizes) {
+    InprocJob job(size, TestOptions());
+    job.OnEveryRank([&](int rank) {
+      OpPtr p = SubmitAllreduce(job.rank(rank), "dup", DataType::kFloat32, {3},
+                                TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
+      ExpectAllreduced(p, ReduceOp::kSum, size, 0);
+    });
+    // 'dup' is cached now: rank 0's next one waits on its cache slot (held there, not by
+    // name), and a second one of the same name must still be refused.
+    const int64_t rounds_before = job.negotiation_rounds(0);
+    OpPtr first = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
+                                  TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
+    OpPtr second = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
+                                   TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
+    ExpectFailure(second, StatusCode::kInvalidArgument, "'dup' is already in flight on rank 0");
+    job.OnEveryRank([&](int rank) {
+      if (rank == 0) return;
+      OpPtr p = SubmitAllreduce(job.rank(rank), "dup", DataType::kFloat32, {3},
+                                TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
+      ExpectAllreduced(p, ReduceOp::kSum, size, 0);
+    });
+    ExpectAllreduced(first, ReduceOp::kSum, size, 0);
+    EXPECT_EQ(job.negotiation_rounds(0), rounds_before) << "the first ran from the cache";
+  }
+}
+
 TFRING_TEST(CoordinatorInproc, StallShutdownNamesMissingRanks) {
   for (int size : kSizes) {
     Options o = TestOptions();

@@ -183,28 +183,29 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
       TakeNewEntry(&e, now, invalidate);
     }
   }
-  fresh.clear();  // each entry moved into the table or failed
+  fresh.clear();  // each entry moved into pending_ or failed
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
-  for (auto& kv : table_) {
-    Pending& p = kv.second;
-    if (p.state == State::kCachedWaiting &&
-        std::chrono::duration<double>(now - p.since).count() > kCachedWaitDemoteSeconds) {
-      invalidate->push_back(p.slot);
+  pending_.ForEachWaiting([&](int slot, Pending& p) {
+    if (std::chrono::duration<double>(now - p.since).count() > kCachedWaitDemoteSeconds) {
+      invalidate->push_back(slot);
     }
-  }
+  });
 }
 
 void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
                                std::vector<int>* invalidate) {
   Entry& e = *entry;
-  std::string name = e.request.name;  // the table's key (an unnamed call's: its call site)
+  const std::string& name = e.request.name;  // an unnamed call's own, "unnamed.<n>"
   if (e.request.kind == CollectiveKind::kJoin && joined_) {
     e.done(Status::FailedPrecondition("join() is already pending on rank " +
                                       std::to_string(rank_)));
     return;
   }
-  if (table_.count(name)) {
+  // A named entry's cache slot, found by name once: it also says whether an entry of that
+  // name waits there already.
+  const int named_slot = CachedByCallSite(e.request) ? -1 : cache_.Find(name);
+  if ((named_slot >= 0 && pending_.AtSlot(named_slot)) || pending_.HasName(name)) {
     e.done(Status::InvalidArgument(
         "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
         ": a second op with the same name was submitted before the first finished. Give "
@@ -216,10 +217,10 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
     // negotiation, where rank 0 sees that it has them: a cached run counts every joined
     // member of the set as having none.
     joined_ = true;
-    for (auto& kv : table_) {
-      if (kv.second.state == State::kCachedWaiting) invalidate->push_back(kv.second.slot);
-    }
-    table_.emplace(name, Pending{std::move(e), State::kJoined, -1, now});
+    for (int slot : pending_.WaitingSlots()) invalidate->push_back(slot);
+    std::string key = name;
+    pending_.by_name().emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
+                               std::forward_as_tuple(std::move(e), State::kJoined, now));
     return;
   }
   if (joined_) {
@@ -229,33 +230,37 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
     return;
   }
   std::string unnamed_name;
-  const int slot = CachedSlotFor(&e, &name, &unnamed_name, invalidate);
-  if (slot < 0) send_order_.push_back(name);
-  timeline_.Submitted(name, e.created);
+  const int slot = CachedSlotFor(&e, named_slot, &unnamed_name, invalidate);
+  timeline_.Submitted(name, e.created);  // under the name it is kept by (a site's, if cached)
+  if (slot >= 0) {
+    Pending& p = pending_.PlaceAtSlot(slot, std::move(e), now, std::move(unnamed_name));
+    timeline_.Phase(p.entry.request.name, "NEGOTIATE");
+    return;
+  }
+  send_order_.push_back(name);
+  std::string key = name;
   const auto placed =
-      table_.emplace(std::piecewise_construct, std::forward_as_tuple(std::move(name)),
-                     std::forward_as_tuple(std::move(e),
-                                           slot >= 0 ? State::kCachedWaiting : State::kToSend,
-                                           slot, now, std::move(unnamed_name)))
+      pending_.by_name()
+          .emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
+                   std::forward_as_tuple(std::move(e), State::kToSend, now))
           .first;
   timeline_.Phase(placed->first, "NEGOTIATE");
 }
 
-int Coordinator::CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
+int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_name,
                                std::vector<int>* invalidate) {
   Request& q = e->request;
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
-    const int slot = cache_.Find(q.name);
-    if (slot >= 0 && cache_.signature(slot).SameSignature(q)) return slot;
-    if (slot >= 0) invalidate->push_back(slot);  // the name came with another signature
+    if (named_slot >= 0 && cache_.signature(named_slot).SameSignature(q)) return named_slot;
+    if (named_slot >= 0) invalidate->push_back(named_slot);  // the name came with another signature
     return -1;
   }
   // An unnamed eager call: ranks pair these in the order they make them, and give them
   // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
-  // earlier call from the same site is in flight here, this one is negotiated.
+  // earlier call from the same site waits on the slot here, this one is negotiated.
   const std::string site = UnnamedCacheKey(q.call_site, q.process_set);
-  const int slot = table_.count(site) ? -1 : cache_.Find(site);
-  if (slot < 0) return -1;
+  const int slot = cache_.Find(site);
+  if (slot < 0 || pending_.AtSlot(slot)) return -1;
   Request probe = q;
   probe.name = site;
   probe.cacheable = true;
@@ -265,29 +270,23 @@ int Coordinator::CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_
   }
   *unnamed_name = q.name;
   q.name = site;
-  *key = site;
   return slot;
 }
 
-void Coordinator::NegotiateInstead(const std::string& key) {
-  auto it = table_.find(key);
-  Pending& p = it->second;
-  p.state = State::kToSend;
-  p.slot = -1;
-  if (p.unnamed_name.empty()) {
-    send_order_.push_back(key);
-    return;
+void Coordinator::NegotiateInstead(int slot) {
+  Pending moved = pending_.TakeFromSlot(slot);
+  moved.state = State::kToSend;
+  std::string key = moved.entry.request.name;
+  if (!moved.unnamed_name.empty()) {
+    // Negotiation pairs unnamed calls by their own names (their order): take it back.
+    timeline_.End(key);
+    key = std::move(moved.unnamed_name);
+    moved.unnamed_name.clear();
+    moved.entry.request.name = key;
+    timeline_.Phase(key, "NEGOTIATE");
   }
-  // Negotiation pairs unnamed calls by their own names (their order): take it back.
-  Pending moved = std::move(p);
-  table_.erase(it);
-  const std::string own = std::move(moved.unnamed_name);
-  moved.unnamed_name.clear();
-  moved.entry.request.name = own;
-  timeline_.End(key);
-  table_.emplace(own, std::move(moved));
-  send_order_.push_back(own);
-  timeline_.Phase(own, "NEGOTIATE");
+  send_order_.push_back(key);
+  pending_.by_name().emplace(std::move(key), std::move(moved));
 }
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
@@ -311,9 +310,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (send_order_.empty() && !force_round) bits.SetNoNewRequests();
   if (joined_) bits.MarkJoined(rank_);
   if (shutting_down) bits.MarkStopping(rank_);
-  for (const auto& kv : table_) {
-    if (kv.second.state == State::kCachedWaiting) bits.SetReady(kv.second.slot);
-  }
+  pending_.ForEachWaiting([&](int slot, Pending&) { bits.SetReady(slot); });
   // Slots this rank never holds up: any, once joined; those of sets it is not in. But
   // unnamed calls made while this rank has joined are negotiated: their names tell it how
   // many it sat out (UnnamedNames::CatchUp), so that later ones pair as before.
@@ -343,16 +340,10 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     if (!bits.valid(slot)) {
       cache_.Erase(slot);
       *progress = true;
-      std::vector<std::string> waiting;
-      for (const auto& kv : table_) {
-        if (kv.second.state == State::kCachedWaiting && kv.second.slot == slot) {
-          waiting.push_back(kv.first);
-        }
-      }
-      for (const std::string& key : waiting) NegotiateInstead(key);
+      if (pending_.AtSlot(slot)) NegotiateInstead(slot);
     } else if (bits.ready(slot)) {
       if (!any_joined) {
-        execute.Add(&cache_.response(slot));  // the cache's slots stay put (response_cache.h)
+        execute.Add(&cache_.response(slot), slot);  // slots stay put (response_cache.h)
         continue;
       }
       Response r = cache_.response(slot);
@@ -362,7 +353,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
       }
       // Every member joined: nobody submitted it (joined ranks mark every slot ready).
       if (r.joined.size() == members.size()) continue;
-      execute.Add(std::move(r));
+      execute.Add(std::move(r), slot);
     }
   }
 
@@ -378,9 +369,12 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (!execute.empty()) {
     *progress = true;
     timeline_.MarkCycle();
-    for (const Response* r : execute.order) {
+    for (const CycleResponses::Item& item : execute.order) {
       if (!timeline_.active()) break;  // no lookup per tensor when nobody records
-      if (table_.count(r->name)) timeline_.Phase(r->name, "QUEUE");  // this rank's own
+      const std::string& name = item.response->name;
+      if (item.slot >= 0 ? pending_.AtSlot(item.slot) != nullptr : pending_.HasName(name)) {
+        timeline_.Phase(name, "QUEUE");  // this rank's own
+      }
     }
     const int64_t bytes = Execute(execute.order);
     timeline_.Flush();
@@ -414,15 +408,23 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
 }
 
 void Coordinator::Finish(const std::string& name, const Status& status) {
-  auto it = table_.find(name);
-  TFRING_CHECK(it != table_.end()) << "finishing '" << name << "' which is not pending";
+  auto it = pending_.by_name().find(name);
+  TFRING_CHECK(it != pending_.by_name().end()) << "finishing '" << name << "' which is not pending";
   Finish(it, status);
 }
 
 void Coordinator::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
   timeline_.End(it->first);
-  table_.erase(it);
+  pending_.by_name().erase(it);
+  done(status);
+}
+
+void Coordinator::FinishAtSlot(int slot, const Status& status) {
+  Pending* p = pending_.AtSlot(slot);
+  auto done = std::move(p->entry.done);
+  timeline_.End(p->entry.request.name);
+  pending_.EraseAtSlot(slot);  // where it is: no move of the entry
   done(status);
 }
 
@@ -435,11 +437,15 @@ void Coordinator::FailEverything(const Status& status) {
     queued.swap(queue_);
     queued_.store(0, std::memory_order_relaxed);
   }
+  const auto naming = [&](const std::string& name) {
+    return Status(status.code(), status.message() + " (tensor '" + name + "', rank " +
+                                     std::to_string(rank_) + ")");
+  };
   std::vector<std::string> names;
-  for (const auto& kv : table_) names.push_back(kv.first);
-  for (const auto& n : names) {
-    Finish(n, Status(status.code(), status.message() + " (tensor '" + n + "', rank " +
-                                        std::to_string(rank_) + ")"));
+  for (const auto& kv : pending_.by_name()) names.push_back(kv.first);
+  for (const auto& n : names) Finish(n, naming(n));
+  for (int slot : pending_.WaitingSlots()) {
+    FinishAtSlot(slot, naming(pending_.AtSlot(slot)->entry.request.name));
   }
   send_order_.clear();
   for (std::vector<Entry>& op : queued) {

@@ -91,6 +91,7 @@
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/negotiator.h"
+#include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/response_cache.h"
 #include "tfring/kernels/core/timeline.h"
 #include "tfring/kernels/core/unnamed_names.h"
@@ -106,18 +107,24 @@ struct SetExecutors {
 };
 // What one cycle executes, in order: responses from the cache, by pointer (no copy per
 // tensor per cycle), and responses made in the cycle (negotiated, or cached ones with the
-// ranks that have joined), which it owns.
+// ranks that have joined), which it owns. Each carries the cache slot it came from (-1 for
+// a negotiated one): this rank's entry for it waits there (pending_entries.h).
 struct CycleResponses {
-  std::vector<const Response*> order;
+  struct Item {
+    const Response* response;
+    int slot;
+  };
+  std::vector<Item> order;
   std::deque<Response> made;  // a deque: its elements stay where they are as it grows
 
-  void Add(const Response* cached) { order.push_back(cached); }
-  void Add(Response made_here) {
+  void Add(const Response* cached, int slot) { order.push_back({cached, slot}); }
+  void Add(Response made_here, int slot = -1) {
     made.push_back(std::move(made_here));
-    order.push_back(&made.back());
+    order.push_back({&made.back(), slot});
   }
   bool empty() const { return order.empty(); }
 };
+using CycleItems = std::vector<CycleResponses::Item>;
 
 // How many graph ops each of the last few bursts brought (Coordinator::WaitForBurstToEnd).
 // A steady training step brings the same number every time; a smaller burst in between
@@ -186,24 +193,7 @@ class Coordinator {
   bool stopped() const;
 
  private:
-  enum class State { kToSend, kSent, kCachedWaiting, kJoined };
-  struct Pending {
-    // Made in place in the table (TakeNewEntries): an Entry is large (a request, three
-    // std::functions), and every move of it is paid per tensor per step.
-    Pending(Entry&& e, State s, int cache_slot, SteadyClock::time_point t,
-            std::string unnamed = {})
-        : entry(std::move(e)), state(s), slot(cache_slot), since(t),
-          unnamed_name(std::move(unnamed)) {}
-
-    Entry entry;
-    State state;
-    int slot = -1;
-    SteadyClock::time_point since;
-    // An unnamed eager call waiting on the cache slot of its call site is kept under that
-    // slot's name (UnnamedCacheKey); this is its own ("unnamed.<n>"), which it takes back
-    // if it must be negotiated after all.
-    std::string unnamed_name;
-  };
+  using State = PendingState;
 
   void Loop();
   // Runs one cycle; the caller holds cycle_mutex_. False once cycles have ended: every rank
@@ -223,18 +213,18 @@ class Coordinator {
   // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or
   // fails it (a name already in flight, an op after join()).
   void TakeNewEntry(Entry* entry, SteadyClock::time_point now, std::vector<int>* invalidate);
-  // The cache slot a new entry may wait on (-1: none), and the name it is kept under (an
-  // unnamed call waiting on its call site's slot: *unnamed_name is then its own).
-  int CachedSlotFor(Entry* e, std::string* key, std::string* unnamed_name,
+  // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
+  // (for a named entry). An unnamed call waiting on its call site's slot takes the site's
+  // name, and *unnamed_name is then its own.
+  int CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_name,
                     std::vector<int>* invalidate);
-  // A cached entry whose slot is gone goes to negotiation (under its own name).
-  void NegotiateInstead(const std::string& key);
+  // The entry waiting on a slot that is gone goes to negotiation (under its own name).
+  void NegotiateInstead(int slot);
   Status Negotiate(CycleResponses* execute, bool* stop);
   // Returns the bytes of the collectives it ran.
-  int64_t Execute(const std::vector<const Response*>& responses);
+  int64_t Execute(const CycleItems& responses);
   // Runs the responses of one process set that this rank is a member of.
-  int64_t ExecuteInSet(const std::vector<int32_t>& members,
-                       const std::vector<const Response*>& responses);
+  int64_t ExecuteInSet(const std::vector<int32_t>& members, const CycleItems& responses);
   // The executors of a set (the global ones for all ranks); made on first use.
   Status ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
                       GroupExecutor** device);
@@ -244,10 +234,11 @@ class Coordinator {
   // Completes the pending join entries (every rank has joined).
   void FinishJoins(const std::vector<bool>& joined_before);
   void ApplyParams(const ResponseList& list);
-  using Table = std::unordered_map<std::string, Pending>;
-  // Completes a pending entry: takes it out of the table, then calls its `done`.
+  using Table = PendingEntries::ByName;
+  // Completes a pending entry: takes it out of pending_, then calls its `done`.
   void Finish(const std::string& name, const Status& status);
   void Finish(Table::iterator it, const Status& status);
+  void FinishAtSlot(int slot, const Status& status);
   void FailEverything(const Status& status);
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
 
@@ -288,7 +279,7 @@ class Coordinator {
 
   // Owned by whoever holds cycle_mutex_.
   std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from queue_
-  Table table_;
+  PendingEntries pending_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;
   bool joined_ = false;                // a join entry of this rank is pending

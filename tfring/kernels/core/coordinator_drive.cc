@@ -143,7 +143,7 @@ bool Coordinator::CycleOnce(bool* progress) {
   t_in_cycle = true;
   const Status s = RunCycle(progress, &stop);
   t_in_cycle = false;
-  in_flight_.store(!table_.empty());
+  in_flight_.store(!pending_.empty());
   last_cycle_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            SteadyClock::now().time_since_epoch()).count());
   if (!s.ok()) {
@@ -186,7 +186,7 @@ void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
     bool progress = false;
     if (!CycleOnce(&progress)) return;
   }
-  const bool leftover = !table_.empty() || remaining->load(std::memory_order_acquire) > 0;
+  const bool leftover = !pending_.empty() || remaining->load(std::memory_order_acquire) > 0;
   cycle.unlock();
   if (leftover) {  // the background thread carries on, at once, whatever it was waiting for
     {

@@ -105,11 +105,11 @@ void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
   if (last < 0) last = size_ - 1;
   joined_ = false;
   std::vector<std::string> joins;
-  for (const auto& kv : table_) {
+  for (const auto& kv : pending_.by_name()) {
     if (kv.second.state == State::kJoined) joins.push_back(kv.first);
   }
   for (const std::string& name : joins) {
-    Entry& e = table_.at(name).entry;
+    Entry& e = pending_.by_name().at(name).entry;
     if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
     Finish(name, Status::OK());
   }
@@ -141,17 +141,17 @@ Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecu
   return Status::OK();
 }
 
-int64_t Coordinator::Execute(const std::vector<const Response*>& responses) {
+int64_t Coordinator::Execute(const CycleItems& responses) {
   bool all_global = true;
-  for (const Response* r : responses) all_global = all_global && r->process_set.empty();
+  for (const auto& item : responses) all_global = all_global && item.response->process_set.empty();
   if (all_global) return ExecuteInSet(all_ranks_, responses);  // without the sorting below
   // Set by set, in the order the sets first appear: the same on every rank.
   std::vector<std::vector<int32_t>> order;
-  std::map<std::vector<int32_t>, std::vector<const Response*>> by_set;
-  for (const Response* r : responses) {
-    auto& list = by_set[r->process_set];
-    if (list.empty()) order.push_back(r->process_set);
-    list.push_back(r);
+  std::map<std::vector<int32_t>, CycleItems> by_set;
+  for (const auto& item : responses) {
+    auto& list = by_set[item.response->process_set];
+    if (list.empty()) order.push_back(item.response->process_set);
+    list.push_back(item);
   }
   int64_t bytes = 0;
   for (const std::vector<int32_t>& set : order) {
@@ -162,7 +162,7 @@ int64_t Coordinator::Execute(const std::vector<const Response*>& responses) {
 }
 
 int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
-                                  const std::vector<const Response*>& responses) {
+                                  const CycleItems& responses) {
   const int position = PositionIn(members, rank_);
   const int set_size = static_cast<int>(members.size());
   std::unique_ptr<Scratch> scratch;  // made when this rank has joined and needs stand-ins
@@ -173,21 +173,45 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   std::deque<Response> changed;
   std::vector<Entry*> entries;
   entries.reserve(responses.size());
-  std::vector<bool> owned;  // a pending entry of this rank (else a joined rank's stand-in)
-  // Where each owned entry sits in table_: nothing is added to the table until the cycle
-  // ends, and erasing one entry leaves the others' places valid.
-  std::vector<Table::iterator> places;
-  places.reserve(responses.size());
-  for (const Response* rp : responses) {
-    auto it = table_.find(rp->name);
-    const bool mine = it != table_.end() && it->second.state != State::kJoined;
+  // Where each of this rank's own entries is held: its cache slot, or its place in
+  // pending_.by_name() (nothing is added there until the cycle ends, and erasing one entry
+  // leaves the others' places valid). Neither: a joined rank's stand-in.
+  struct Owner {
+    int slot = -1;
+    bool by_name = false;
+    Table::iterator it;
+  };
+  const auto finish_owned = [this](const Owner& o, const Status& status) {
+    if (o.slot >= 0) {
+      FinishAtSlot(o.slot, status);
+    } else {
+      Finish(o.it, status);
+    }
+  };
+  std::vector<Owner> owners;
+  owners.reserve(responses.size());
+  for (const CycleResponses::Item& item : responses) {
+    const Response* rp = item.response;
+    Owner owner;
+    Entry* own = nullptr;
+    if (item.slot >= 0 && pending_.AtSlot(item.slot)) {
+      owner.slot = item.slot;
+      own = &pending_.AtSlot(item.slot)->entry;
+    } else if (item.slot < 0) {
+      auto it = pending_.by_name().find(rp->name);
+      if (it != pending_.by_name().end() && it->second.state != State::kJoined) {
+        owner.by_name = true;
+        owner.it = it;
+        own = &it->second.entry;
+      }
+    }
     const std::string error = rp->ok() ? JoinedProblem(*rp) : rp->error;
     if (!error.empty()) {
       // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
-      if (mine) Finish(it, Status::FailedPrecondition(error));
+      if (own) finish_owned(owner, Status::FailedPrecondition(error));
       continue;
     }
-    TFRING_CHECK(mine || joined_) << "response for '" << rp->name << "' which is not pending";
+    TFRING_CHECK(own || joined_) << "response for '" << rp->name << "' which is not pending";
     const Response* r = rp;
     if (r->kind == CollectiveKind::kBroadcast) {
       const int root_position = PositionIn(members, r->root_rank);
@@ -198,11 +222,9 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
       }
     }
     runs.push_back(r);
-    if (!mine && !scratch) scratch = std::make_unique<Scratch>();
-    entries.push_back(mine ? &it->second.entry
-                           : JoinedEntry(*r, position, set_size, scratch.get()));
-    owned.push_back(mine);
-    places.push_back(it);
+    if (!own && !scratch) scratch = std::make_unique<Scratch>();
+    entries.push_back(own ? own : JoinedEntry(*r, position, set_size, scratch.get()));
+    owners.push_back(owner);
   }
   std::vector<FusionItem> items;
   items.reserve(runs.size());
@@ -254,8 +276,8 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
                               .count()
                        << " us";
     for (int i : group) {
-      if (owned[i]) {
-        Finish(places[i], s);
+      if (owners[i].slot >= 0 || owners[i].by_name) {
+        finish_owned(owners[i], s);
       } else {
         timeline_.End(items[i].response->name);
       }

@@ -14,8 +14,8 @@ namespace tfring {
 Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   std::vector<Request> mine;
   for (const std::string& name : send_order_) {
-    auto it = table_.find(name);
-    if (it == table_.end() || it->second.state != State::kToSend) continue;
+    auto it = pending_.by_name().find(name);
+    if (it == pending_.by_name().end() || it->second.state != State::kToSend) continue;
     it->second.state = State::kSent;
     mine.push_back(it->second.entry.request);
   }
