@@ -56,8 +56,8 @@ class Countdown {
   std::condition_variable cv_;
 };
 
-Entry MakeEntry(const std::string& name, const float* in, float* out, Countdown* left) {
-  Entry e;
+// Fills `e` as a kernel fills its entries.
+void Fill(Entry& e, const std::string& name, const float* in, float* out, Countdown* left) {
   e.request.name = name;
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = ReduceOp::kSum;
@@ -72,7 +72,6 @@ Entry MakeEntry(const std::string& name, const float* in, float* out, Countdown*
     }
     left->Done();
   };
-  return e;
 }
 
 // Median microseconds of one round on rank `rank`.
@@ -85,12 +84,15 @@ double RankMedian(testing::InprocJob* job, int rank, StepShape shape,
     Countdown left(n);
     const auto start = std::chrono::steady_clock::now();
     if (shape == StepShape::kGrouped) {
-      std::vector<Entry> group;
-      group.reserve(n);
-      for (int i = 0; i < n; ++i) group.push_back(MakeEntry(names[i], &in[i], &out[i], &left));
+      std::vector<Entry> group(n, Entry());  // as a grouped op's kernel makes them
+      for (int i = 0; i < n; ++i) Fill(group[i], names[i], &in[i], &out[i], &left);
       job->rank(rank)->EnqueueAll(std::move(group));
     } else {
-      for (int i = 0; i < n; ++i) job->rank(rank)->Enqueue(MakeEntry(names[i], &in[i], &out[i], &left));
+      for (int i = 0; i < n; ++i) {
+        Entry e;
+        Fill(e, names[i], &in[i], &out[i], &left);
+        job->rank(rank)->Enqueue(std::move(e));
+      }
     }
     left.Wait();
     if (round >= kWarmups) {

@@ -106,7 +106,9 @@ class AllreduceOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
-    std::vector<Entry> entries(n);
+    // Copies of one entry: one clock read for the op's start (Entry::created), not one per
+    // tensor.
+    std::vector<Entry> entries(n, Entry());
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
@@ -151,7 +153,7 @@ class AllgatherOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
-    std::vector<Entry> entries(n);
+    std::vector<Entry> entries(n, Entry());  // one clock read (Entry::created), as above
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
