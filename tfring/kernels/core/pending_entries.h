@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/negotiator.h"
 
@@ -63,6 +64,8 @@ class PendingEntries {
   Pending& PlaceAtSlot(int slot, Entry&& e, SteadyClock::time_point now,
                        std::string unnamed_name) {
     if (slot >= static_cast<int>(by_slot_.size())) by_slot_.resize(slot + 1);
+    // A second entry there would drop the first, whose op would then never complete.
+    TFRING_CHECK(!by_slot_[slot]) << "cache slot " << slot << " already has a waiting entry";
     ++waiting_;
     return by_slot_[slot].emplace(std::move(e), PendingState::kCachedWaiting, now,
                                   std::move(unnamed_name));
