@@ -291,6 +291,7 @@ void Coordinator::NegotiateInstead(int slot) {
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const auto now = SteadyClock::now();
+  cache_.StartCycle();  // every rank counts the same cycles: the cache's recency agrees
   std::vector<int> invalidate;
   TakeNewEntries(now, &invalidate, progress);
   bool force_round = false;
@@ -342,6 +343,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
       *progress = true;
       if (pending_.AtSlot(slot)) NegotiateInstead(slot);
     } else if (bits.ready(slot)) {
+      cache_.Touch(slot);
       if (!any_joined) {
         execute.Add(&cache_.response(slot), slot);  // slots stay put (response_cache.h)
         continue;

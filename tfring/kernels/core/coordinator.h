@@ -21,7 +21,9 @@
 //  3. If any rank has new requests, a negotiation round: every rank gathers its requests
 //     to rank 0; rank 0's Negotiator checks tensors every rank has submitted and
 //     broadcasts their Responses (or errors, or an abort after a stall); every rank adds
-//     the successful cacheable ones to its cache in list order, so caches stay identical.
+//     the successful cacheable ones to its cache in list order, so caches stay identical
+//     (a full cache gives the least recently used slot to the new one; an entry of this
+//     rank waiting on that slot is negotiated instead).
 //  4. Execute: cache hits (slot order), then negotiated responses (list order), planned
 //     into fusion groups (fusion.h), each run by a GroupExecutor (host tensors: the
 //     HostExecutor over the backend; GPU tensors: the device executor); then `done` for
@@ -221,6 +223,8 @@ class Coordinator {
   // The entry waiting on a slot that is gone goes to negotiation (under its own name).
   void NegotiateInstead(int slot);
   Status Negotiate(CycleResponses* execute, bool* stop);
+  // A cache slot that a newly cached response took from the least recently used tensor.
+  void Evicted(int slot);
   // Returns the bytes of the collectives it ran.
   int64_t Execute(const CycleItems& responses);
   // Runs the responses of one process set that this rank is a member of.
@@ -285,6 +289,7 @@ class Coordinator {
   bool joined_ = false;                // a join entry of this rank is pending
   std::vector<bool> joined_ranks_;     // as of the last cycle, every rank's
   Timeline timeline_;
+  bool eviction_warned_ = false;  // rank 0: the cache's first eviction was logged
   std::unique_ptr<Autotuner> autotuner_;  // rank 0, with TFRING_AUTOTUNE=1
   bool params_pending_ = false;           // rank 0: a setting to send in the next round
   TunedParams pending_params_;

@@ -65,13 +65,15 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   for (Response& r : list.responses) {
     // Every rank records it, members of its set or not, so that caches stay identical.
     if (r.ok() && r.cacheable) {
+      int evicted;
       if (r.call_site.empty()) {
-        cache_.Put(r, SignatureOf(r));
+        evicted = cache_.Put(r, SignatureOf(r));
       } else {
         Response under_site = r;  // unnamed calls: under their call site (TakeNewEntries)
         under_site.name = UnnamedCacheKey(r.call_site, r.process_set);
-        cache_.Put(under_site, SignatureOf(under_site));
+        evicted = cache_.Put(under_site, SignatureOf(under_site));
       }
+      if (evicted >= 0) Evicted(evicted);
     }
     // Numbers of later unnamed calls agree again: after a call that failed (before it
     // returns to its caller), and after one this rank sat out while joined.
@@ -88,6 +90,20 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
     *stop = true;
   }
   return Status::OK();
+}
+
+void Coordinator::Evicted(int slot) {
+  // This rank's entry waiting on it was not ready everywhere (a slot executed in this cycle
+  // is never taken): negotiated from the next cycle on, as the other ranks' will be.
+  if (pending_.AtSlot(slot)) NegotiateInstead(slot);
+  if (rank_ != 0 || eviction_warned_) return;
+  eviction_warned_ = true;
+  TFRING_LOG(kWarning) << "tfring's response cache is full (TFRING_CACHE_CAPACITY="
+                       << options_.cache_capacity
+                       << " tensors): a newly negotiated tensor took the place of the least "
+                          "recently used one. If a training step uses more tensors than that, "
+                          "every step is negotiated tensor by tensor; raise "
+                          "TFRING_CACHE_CAPACITY above the step's count. (Said once.)";
 }
 
 void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {

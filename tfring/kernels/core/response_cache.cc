@@ -9,22 +9,43 @@ int ResponseCache::Find(const std::string& name) const {
   return it == by_name_.end() ? -1 : it->second;
 }
 
-void ResponseCache::Put(const Response& response, const Request& signature) {
-  if (by_name_.count(response.name)) return;
+int ResponseCache::Put(const Response& response, const Request& signature) {
+  if (capacity_ <= 0) return -1;
+  const auto known = by_name_.find(response.name);
+  if (known != by_name_.end()) {
+    Touch(known->second);
+    return -1;
+  }
   int slot = -1;
+  int evicted = -1;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (!slots_[i].used) {
       slot = static_cast<int>(i);
       break;
     }
   }
-  if (slot < 0) {
-    if (static_cast<int64_t>(slots_.size()) >= capacity_) return;
+  if (slot < 0 && static_cast<int64_t>(slots_.size()) < capacity_) {
     slot = static_cast<int>(slots_.size());
     slots_.emplace_back();
   }
-  slots_[slot] = Slot{true, signature, response};
+  if (slot < 0) {
+    slot = evicted = LeastRecentlyUsed();
+    if (slot < 0) return -1;  // every slot is in use in this cycle
+    by_name_.erase(slots_[slot].response.name);
+  }
+  slots_[slot] = Slot{true, cycle_, signature, response};
   by_name_[response.name] = slot;
+  return evicted;
+}
+
+int ResponseCache::LeastRecentlyUsed() const {
+  int oldest = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (!s.used || s.last_used == cycle_) continue;
+    if (oldest < 0 || s.last_used < slots_[oldest].last_used) oldest = static_cast<int>(i);
+  }
+  return oldest;
 }
 
 void ResponseCache::Erase(int slot) {

@@ -5,7 +5,13 @@
 // slots are assigned deterministically (the lowest free one). So in steady state a rank
 // announces "cached tensor #j is ready here" with one bit, a bitwise-AND allreduce tells
 // every rank which cached tensors are ready everywhere, and no names travel at all.
-// When the cache is full, new tensors are simply not cached (they keep being negotiated).
+//
+// When the cache is full, a new tensor takes the slot of the least recently used one (as
+// Horovod's cache does): a job that used many names once (a broadcast of every variable at
+// the start, say) would otherwise leave its training step negotiated on every step. "Used"
+// is what every rank sees alike: executed from the cache, or added, in a cycle (cycles are
+// counted in lockstep). A slot used in the current cycle is never taken: the cycle
+// executes its response by pointer.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +36,15 @@ class ResponseCache {
   // cycle executes cached responses by pointer while its negotiation adds more.
   const Response& response(int slot) const { return slots_[slot].response; }
 
-  // Adds a successful, cacheable response under the requesting signature. No-op when full.
-  void Put(const Response& response, const Request& signature);
+  // Counts the cycles, on every rank alike: call once at the start of each.
+  void StartCycle() { ++cycle_; }
+  // Records that `slot`'s response is executed in this cycle.
+  void Touch(int slot) { slots_[slot].last_used = cycle_; }
+  // Adds a successful, cacheable response under the requesting signature. When the cache is
+  // full, the least recently used slot not used in this cycle is taken (the lowest of equals)
+  // and returned: its tensor is no longer cached, and an entry waiting on it must be
+  // negotiated. -1 otherwise (added in a free slot, already cached, or nothing to take).
+  int Put(const Response& response, const Request& signature);
   void Erase(int slot);
 
   // One past the highest slot ever used; the bit set covers [0, num_bits()).
@@ -40,10 +53,15 @@ class ResponseCache {
  private:
   struct Slot {
     bool used = false;
+    uint64_t last_used = 0;  // the cycle that last executed or added it
     Request signature;
     Response response;
   };
+  // The slot Put takes when full, or -1.
+  int LeastRecentlyUsed() const;
+
   int64_t capacity_;
+  uint64_t cycle_ = 0;
   std::deque<Slot> slots_;  // a deque: adding a slot moves no other
   std::unordered_map<std::string, int> by_name_;
 };

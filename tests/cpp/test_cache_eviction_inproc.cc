@@ -1,0 +1,97 @@
+// The response cache when full (response_cache.h), with ranks as threads at sizes 2 and 3:
+// a new tensor takes the slot of the least recently used one on every rank alike, and an
+// entry that waited on a slot taken so is negotiated instead, never run as the slot's new
+// tensor.
+#include <string>
+#include <vector>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/inproc_job.h"
+#include "tests/cpp/test_harness.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+constexpr int kSizes[] = {2, 3};
+
+Options WithCapacity(int64_t capacity) {
+  Options o = TestOptions();
+  o.cache_capacity = capacity;
+  return o;
+}
+
+// Every rank allreduces `name` (4 floats, salted) and checks the sum.
+void AllreduceEverywhere(InprocJob* job, const std::string& name, int salt) {
+  job->OnEveryRank([&](int rank) {
+    OpPtr p = SubmitAllreduce(job->rank(rank), name, DataType::kFloat32, {4},
+                              TestValues(DataType::kFloat32, rank, 4, salt), ReduceOp::kSum);
+    ExpectAllreduced(p, ReduceOp::kSum, job->size(), salt);
+  });
+}
+
+TFRING_TEST(CacheEvictionInproc, AFullCacheTakesTheLeastRecentlyUsedSlot) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(2));
+    AllreduceEverywhere(&job, "a", 1);
+    AllreduceEverywhere(&job, "b", 2);
+    AllreduceEverywhere(&job, "a", 3);  // cached: "b" is now the least recently used
+    const int64_t before_c = job.negotiation_rounds(0);
+    AllreduceEverywhere(&job, "c", 4);  // negotiated: takes "b"'s slot
+    EXPECT_LT(before_c, job.negotiation_rounds(0)) << "at size " << size;
+    const int64_t after_c = job.negotiation_rounds(0);
+    AllreduceEverywhere(&job, "a", 5);
+    AllreduceEverywhere(&job, "c", 6);
+    EXPECT_EQ(job.negotiation_rounds(0), after_c) << "'a' and 'c' stay cached, at size " << size;
+    AllreduceEverywhere(&job, "b", 7);  // evicted: negotiated again, and correct
+    EXPECT_LT(after_c, job.negotiation_rounds(0)) << "'b' was evicted, at size " << size;
+  }
+}
+
+TFRING_TEST(CacheEvictionInproc, AnEntryWaitingOnATakenSlotIsNegotiated) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(1));
+    AllreduceEverywhere(&job, "a", 1);  // cached in the one slot
+    // Rank 0 submits "a" again; it waits on the slot, which the others have not marked
+    // ready. Then every rank negotiates "c", which takes that slot.
+    OpPtr waiting = SubmitAllreduce(job.rank(0), "a", DataType::kFloat32, {4},
+                                    TestValues(DataType::kFloat32, 0, 4, 2), ReduceOp::kSum);
+    AllreduceEverywhere(&job, "c", 3);
+    // Were rank 0's "a" still on the slot, the next "c" would run it as "c" (or hang).
+    AllreduceEverywhere(&job, "c", 4);
+    job.OnEveryRank([&](int rank) {
+      if (rank == 0) return;
+      OpPtr p = SubmitAllreduce(job.rank(rank), "a", DataType::kFloat32, {4},
+                                TestValues(DataType::kFloat32, rank, 4, 2), ReduceOp::kSum);
+      ExpectAllreduced(p, ReduceOp::kSum, size, 2);
+    });
+    ExpectAllreduced(waiting, ReduceOp::kSum, size, 2);
+  }
+}
+
+TFRING_TEST(CacheEvictionInproc, ASlotRunInTheSameCycleIsNotTaken) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(1));
+    AllreduceEverywhere(&job, "a", 1);
+    // In one cycle: "a" from the cache and the new "c" negotiated. "c" must not take the
+    // slot "a" runs from in that cycle; it stays uncached instead.
+    for (int step = 0; step < 3; ++step) {
+      job.OnEveryRank([&](int rank) {
+        std::vector<Entry> both;
+        OpPtr a = SubmitAllreduce(
+            [&](Entry e) { both.push_back(std::move(e)); }, "a", DataType::kFloat32, {4},
+            TestValues(DataType::kFloat32, rank, 4, 10 + step), ReduceOp::kSum);
+        OpPtr c = SubmitAllreduce(
+            [&](Entry e) { both.push_back(std::move(e)); }, "c", DataType::kFloat32, {4},
+            TestValues(DataType::kFloat32, rank, 4, 20 + step), ReduceOp::kSum);
+        job.rank(rank)->EnqueueAll(std::move(both));
+        ExpectAllreduced(a, ReduceOp::kSum, size, 10 + step);
+        ExpectAllreduced(c, ReduceOp::kSum, size, 20 + step);
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring
