@@ -78,18 +78,23 @@ double RankMedian(testing::InprocJob* job, int rank, StepShape shape,
                   const std::vector<std::string>& names, int rounds) {
   const int n = static_cast<int>(names.size());
   std::vector<float> in(n, 1.0f), out(n);
+  std::vector<CacheTicket> tickets(n);  // as a kernel keeps one per tensor
   std::vector<double> times;
   for (int round = 0; round < kWarmups + rounds; ++round) {
     Countdown left(n);
     const auto start = std::chrono::steady_clock::now();
     if (shape == StepShape::kGrouped) {
       std::vector<Entry> group(n, Entry());  // as a grouped op's kernel makes them
-      for (int i = 0; i < n; ++i) Fill(group[i], names[i], &in[i], &out[i], &left);
+      for (int i = 0; i < n; ++i) {
+        Fill(group[i], names[i], &in[i], &out[i], &left);
+        group[i].cache_ticket = &tickets[i];
+      }
       job->rank(rank)->EnqueueAll(std::move(group));
     } else {
       for (int i = 0; i < n; ++i) {
         Entry e;
         Fill(e, names[i], &in[i], &out[i], &left);
+        e.cache_ticket = &tickets[i];
         job->rank(rank)->Enqueue(std::move(e));
       }
     }

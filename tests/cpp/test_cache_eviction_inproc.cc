@@ -1,7 +1,8 @@
 // The response cache when full (response_cache.h), with ranks as threads at sizes 2 and 3:
 // a new tensor takes the slot of the least recently used one on every rank alike, and an
 // entry that waited on a slot taken so is negotiated instead, never run as the slot's new
-// tensor.
+// tensor; a kernel's cache ticket (entry.h) finds its tensor's slot, and one the slot no
+// longer matches is ignored.
 #include <string>
 #include <vector>
 
@@ -89,6 +90,46 @@ TFRING_TEST(CacheEvictionInproc, ASlotRunInTheSameCycleIsNotTaken) {
         ExpectAllreduced(c, ReduceOp::kSum, size, 20 + step);
       });
     }
+  }
+}
+
+// Allreduces `name` on every rank through each rank's kernel ticket (entry.h), as a TF
+// kernel submits its tensor.
+void AllreduceWithTickets(InprocJob* job, const std::string& name, const Shape& shape, int salt,
+                          std::vector<CacheTicket>* tickets) {
+  job->OnEveryRank([&](int rank) {
+    const int64_t count = NumElements(shape);
+    OpPtr p = SubmitAllreduce(
+        [&](Entry e) {
+          e.cache_ticket = &(*tickets)[rank];
+          job->rank(rank)->Enqueue(std::move(e));
+        },
+        name, DataType::kFloat32, shape, TestValues(DataType::kFloat32, rank, count, salt),
+        ReduceOp::kSum);
+    ExpectAllreduced(p, ReduceOp::kSum, job->size(), salt);
+  });
+}
+
+TFRING_TEST(CacheEvictionInproc, AKernelTicketFollowsItsTensorsSlot) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(1));
+    std::vector<CacheTicket> a(size), b(size);
+    AllreduceWithTickets(&job, "a", {4}, 1, &a);  // negotiated, then cached
+    EXPECT_EQ(a[0].value.load(), 0u) << "no ticket before the tensor ran from the cache";
+    AllreduceWithTickets(&job, "a", {4}, 2, &a);  // from the cache: the ticket is issued
+    const uint64_t first = a[0].value.load();
+    EXPECT_TRUE(first != 0) << "at size " << size;
+    const int64_t rounds = job.negotiation_rounds(0);
+    AllreduceWithTickets(&job, "a", {4}, 3, &a);  // through the ticket
+    EXPECT_EQ(job.negotiation_rounds(0), rounds) << "the ticket found the slot";
+    AllreduceWithTickets(&job, "b", {4}, 4, &b);  // takes the one slot
+    AllreduceWithTickets(&job, "a", {4}, 5, &a);  // a stale ticket: negotiated, right
+    AllreduceWithTickets(&job, "a", {6}, 6, &a);  // another shape under the same name
+    AllreduceWithTickets(&job, "a", {6}, 7, &a);  // cached again: a new ticket
+    EXPECT_TRUE(a[0].value.load() != first) << "the slot changed since the first ticket";
+    const int64_t later = job.negotiation_rounds(0);
+    AllreduceWithTickets(&job, "a", {6}, 8, &a);
+    EXPECT_EQ(job.negotiation_rounds(0), later) << "the new ticket found the slot";
   }
 }
 

@@ -202,9 +202,9 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
                                       std::to_string(rank_)));
     return;
   }
-  // A named entry's cache slot, found by name once: it also says whether an entry of that
-  // name waits there already.
-  const int named_slot = CachedByCallSite(e.request) ? -1 : cache_.Find(name);
+  // A named entry's cache slot, from its kernel's ticket or found by name, once: it also
+  // says whether an entry of that name waits there already.
+  const int named_slot = CachedByCallSite(e.request) ? -1 : NamedSlot(e);
   if ((named_slot >= 0 && pending_.AtSlot(named_slot)) || pending_.HasName(name)) {
     e.done(Status::InvalidArgument(
         "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
@@ -247,11 +247,33 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
   timeline_.Phase(placed->first, "NEGOTIATE");
 }
 
+int Coordinator::NamedSlot(const Entry& e) const {
+  if (e.cache_ticket != nullptr) {
+    const uint64_t ticket = e.cache_ticket->value.load(std::memory_order_relaxed);
+    const int slot = static_cast<int>(ticket & 0xffffffffu) - 1;
+    const uint32_t generation = static_cast<uint32_t>(ticket >> 32);
+    // Still what it was, so still this tensor's name (CachedSlotFor compares it all anyway).
+    if (cache_.Holds(slot, generation) && cache_.signature(slot).name == e.request.name) {
+      return slot;
+    }
+  }
+  return cache_.Find(e.request.name);
+}
+
 int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_name,
                                std::vector<int>* invalidate) {
   Request& q = e->request;
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
-    if (named_slot >= 0 && cache_.signature(named_slot).SameSignature(q)) return named_slot;
+    if (named_slot >= 0 && cache_.signature(named_slot).SameSignature(q)) {
+      if (e->cache_ticket != nullptr) {
+        const uint64_t ticket =
+            uint64_t{cache_.generation(named_slot)} << 32 | static_cast<uint32_t>(named_slot + 1);
+        if (e->cache_ticket->value.load(std::memory_order_relaxed) != ticket) {
+          e->cache_ticket->value.store(ticket, std::memory_order_relaxed);
+        }
+      }
+      return named_slot;
+    }
     if (named_slot >= 0) invalidate->push_back(named_slot);  // the name came with another signature
     return -1;
   }

@@ -215,6 +215,9 @@ class Coordinator {
   // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or
   // fails it (a name already in flight, an op after join()).
   void TakeNewEntry(Entry* entry, SteadyClock::time_point now, std::vector<int>* invalidate);
+  // The cache slot of a named entry's name (-1: none): where its kernel's ticket says, while
+  // that slot is unchanged, else looked up by name.
+  int NamedSlot(const Entry& e) const;
   // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
   // (for a named entry). An unnamed call waiting on its call site's slot takes the site's
   // name, and *unnamed_name is then its own.

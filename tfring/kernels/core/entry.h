@@ -3,7 +3,9 @@
 // plain vectors.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -13,6 +15,15 @@
 namespace tfring {
 
 constexpr int kHostMemory = -1;
+
+// Where a kernel's tensor sat in the response cache last time: the slot, and the slot's
+// generation then (ResponseCache::generation). A kernel keeps one per tensor for as long as
+// it lives, and the runtime reads and renews it while the tensor's entry is pending. While
+// the slot still holds what it held then, the runtime finds the tensor's slot without a
+// lookup by name (which, on a step that moves megabytes, costs several cache misses).
+struct CacheTicket {
+  std::atomic<uint64_t> value{0};  // generation << 32 | (slot + 1); 0: none yet
+};
 
 struct Entry {
   Request request;  // name, collective, dtype, shape, reduce op, root, scale factors
@@ -31,6 +42,8 @@ struct Entry {
   // Where input and output live: kHostMemory, or the ordinal of the GPU that holds them
   // (then request.on_device is true, and the device executor runs the op).
   int device = kHostMemory;
+  // The kernel's ticket for this tensor (null: none; unnamed eager calls, tests).
+  CacheTicket* cache_ticket = nullptr;
   // GPU entries: an event (cudaEvent_t) recorded on the producer's stream after the input
   // was written. The device executor makes its own stream wait for it before reading the
   // input (no host synchronization). Owned by the submitter, alive until `done`. Null: the

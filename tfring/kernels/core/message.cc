@@ -185,8 +185,8 @@ std::string TensorKey(const std::string& name, const std::vector<int32_t>& proce
   return s + "]";
 }
 
-bool Signature::operator==(const Signature& o) const {
-  return name == o.name && kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
+bool Signature::SameButName(const Signature& o) const {
+  return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape &&
          process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device;

@@ -35,8 +35,10 @@ struct Signature {
   // the two take different backends; which GPU is each rank's own business.
   bool on_device = false;
 
-  bool operator==(const Signature& o) const;
+  bool operator==(const Signature& o) const { return name == o.name && SameButName(o); }
   bool operator!=(const Signature& o) const { return !(*this == o); }
+  // Every field but the name.
+  bool SameButName(const Signature& o) const;
 };
 
 // One rank's description of one tensor it has submitted.
@@ -49,7 +51,10 @@ struct Request : Signature {
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const {
-    return Signature::operator==(other) && splits == other.splits;
+    return name == other.name && SameButName(other);
+  }
+  bool SameButName(const Request& other) const {
+    return Signature::SameButName(other) && splits == other.splits;
   }
 };
 

@@ -33,7 +33,7 @@ int ResponseCache::Put(const Response& response, const Request& signature) {
     if (slot < 0) return -1;  // every slot is in use in this cycle
     by_name_.erase(slots_[slot].response.name);
   }
-  slots_[slot] = Slot{true, cycle_, signature, response};
+  slots_[slot] = Slot{true, cycle_, slots_[slot].generation + 1, signature, response};
   by_name_[response.name] = slot;
   return evicted;
 }
@@ -51,7 +51,9 @@ int ResponseCache::LeastRecentlyUsed() const {
 void ResponseCache::Erase(int slot) {
   if (slot < 0 || slot >= num_bits() || !slots_[slot].used) return;
   by_name_.erase(slots_[slot].response.name);
+  const uint32_t generation = slots_[slot].generation + 1;
   slots_[slot] = Slot{};
+  slots_[slot].generation = generation;
 }
 
 }  // namespace tfring

@@ -30,6 +30,13 @@ class ResponseCache {
 
   // Slot of `name`, or -1.
   int Find(const std::string& name) const;
+  // Changes whenever the slot's content does (added, taken, erased): a slot whose generation
+  // is as it was holds the same tensor as then (CacheTicket).
+  uint32_t generation(int slot) const { return slots_[slot].generation; }
+  bool Holds(int slot, uint32_t generation) const {
+    return slot >= 0 && slot < num_bits() && slots_[slot].used &&
+           slots_[slot].generation == generation;
+  }
   bool used(int slot) const { return slots_[slot].used; }
   const Request& signature(int slot) const { return slots_[slot].signature; }
   // Stays where it is until its slot is erased (Put adds slots without moving any): a
@@ -54,6 +61,7 @@ class ResponseCache {
   struct Slot {
     bool used = false;
     uint64_t last_used = 0;  // the cycle that last executed or added it
+    uint32_t generation = 0;
     Request signature;
     Response response;
   };

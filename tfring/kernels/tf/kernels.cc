@@ -4,6 +4,7 @@
 // (KernelCompletion in adapter.h).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,7 @@ class AllreduceOp : public AsyncOpKernel {
     const int n = c->num_inputs();
     names_.reserve(n);
     for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(attrs_.name.Display(), i, n));
+    tickets_ = std::make_unique<CacheTicket[]>(n);
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -113,6 +115,7 @@ class AllreduceOp : public AsyncOpKernel {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
       e.request.name = names_[i];
+      e.cache_ticket = &tickets_[i];  // unused for unnamed eager calls (named when queued)
       if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
@@ -142,6 +145,8 @@ class AllreduceOp : public AsyncOpKernel {
  private:
   const ReduceAttrs attrs_;
   std::vector<std::string> names_;
+  // Where each tensor sat in the response cache last time (entry.h); lives with the kernel.
+  std::unique_ptr<CacheTicket[]> tickets_;
 };
 
 template <bool kOnGpu>
