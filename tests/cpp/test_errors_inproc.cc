@@ -48,23 +48,27 @@ TFRING_TEST(ErrorsInproc, MismatchesFailOnEveryRank) {
   }
 }
 
+OpPtr SubmitDup(InprocJob* job, int rank) {
+  return SubmitAllreduce(job->rank(rank), "dup", DataType::kFloat32, {3},
+                         TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
+}
+
+// Rank 0 submits "dup" twice before any peer submits it, so the first cannot have finished
+// when the second arrives: the second is refused, the first completes with the peers'.
+void SecondDupIsRefused(InprocJob* job) {
+  OpPtr first = SubmitDup(job, 0);
+  OpPtr second = SubmitDup(job, 0);
+  ExpectFailure(second, StatusCode::kInvalidArgument, "'dup' is already in flight on rank 0");
+  job->OnEveryRank([&](int rank) {
+    if (rank != 0) ExpectAllreduced(SubmitDup(job, rank), ReduceOp::kSum, job->size(), 0);
+  });
+  ExpectAllreduced(first, ReduceOp::kSum, job->size(), 0);
+}
+
 TFRING_TEST(ErrorsInproc, DuplicateNameInFlightFails) {
   for (int size : kSizes) {
     InprocJob job(size, TestOptions());
-    // Rank 0 submits "dup" twice before any peer submits it, so the first cannot have
-    // finished when the second arrives.
-    OpPtr first = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
-                                  TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
-    OpPtr second = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
-                                   TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
-    ExpectFailure(second, StatusCode::kInvalidArgument, "'dup' is already in flight on rank 0");
-    job.OnEveryRank([&](int rank) {
-      if (rank == 0) return;
-      OpPtr p = SubmitAllreduce(job.rank(rank), "dup", DataType::kFloat32, {3},
-                                TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
-      ExpectAllreduced(p, ReduceOp::kSum, size, 0);
-    });
-    ExpectAllreduced(first, ReduceOp::kSum, size, 0);
+    SecondDupIsRefused(&job);
   }
 }
 
@@ -72,25 +76,12 @@ TFRING_TEST(ErrorsInproc, DuplicateOfACachedNameInFlightFails) {
   for (int size : kSizes) {
     InprocJob job(size, TestOptions());
     job.OnEveryRank([&](int rank) {
-      OpPtr p = SubmitAllreduce(job.rank(rank), "dup", DataType::kFloat32, {3},
-                                TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
-      ExpectAllreduced(p, ReduceOp::kSum, size, 0);
+      ExpectAllreduced(SubmitDup(&job, rank), ReduceOp::kSum, size, 0);
     });
     // 'dup' is cached now: rank 0's next one waits on its cache slot (held there, not by
     // name), and a second one of the same name must still be refused.
     const int64_t rounds_before = job.negotiation_rounds(0);
-    OpPtr first = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
-                                  TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
-    OpPtr second = SubmitAllreduce(job.rank(0), "dup", DataType::kFloat32, {3},
-                                   TestValues(DataType::kFloat32, 0, 3), ReduceOp::kSum);
-    ExpectFailure(second, StatusCode::kInvalidArgument, "'dup' is already in flight on rank 0");
-    job.OnEveryRank([&](int rank) {
-      if (rank == 0) return;
-      OpPtr p = SubmitAllreduce(job.rank(rank), "dup", DataType::kFloat32, {3},
-                                TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum);
-      ExpectAllreduced(p, ReduceOp::kSum, size, 0);
-    });
-    ExpectAllreduced(first, ReduceOp::kSum, size, 0);
+    SecondDupIsRefused(&job);
     EXPECT_EQ(job.negotiation_rounds(0), rounds_before) << "the first ran from the cache";
   }
 }
