@@ -49,6 +49,35 @@ TFRING_TEST(CacheEvictionInproc, AFullCacheTakesTheLeastRecentlyUsedSlot) {
   }
 }
 
+TFRING_TEST(CacheEvictionInproc, SeveralEvictionsInOneCycleGoOldestFirst) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(3));
+    for (const char* name : {"a", "b", "c"}) AllreduceEverywhere(&job, name, 1);
+    AllreduceEverywhere(&job, "c", 2);
+    AllreduceEverywhere(&job, "a", 3);  // least recently used now: b, then c, then a
+    // "d" and "e" negotiated in one cycle: they take b's and c's slots, in that order.
+    job.OnEveryRank([&](int rank) {
+      std::vector<Entry> both;
+      std::vector<OpPtr> ops;
+      for (const char* name : {"d", "e"}) {
+        ops.push_back(SubmitAllreduce([&](Entry e) { both.push_back(std::move(e)); }, name,
+                                      DataType::kFloat32, {4},
+                                      TestValues(DataType::kFloat32, rank, 4, 4), ReduceOp::kSum));
+      }
+      job.rank(rank)->EnqueueAll(std::move(both));
+      for (const OpPtr& p : ops) ExpectAllreduced(p, ReduceOp::kSum, size, 4);
+    });
+    const int64_t rounds = job.negotiation_rounds(0);
+    for (const char* name : {"a", "d", "e"}) AllreduceEverywhere(&job, name, 5);
+    EXPECT_EQ(job.negotiation_rounds(0), rounds) << "'a', 'd', 'e' cached, at size " << size;
+    AllreduceEverywhere(&job, "b", 6);
+    EXPECT_LT(rounds, job.negotiation_rounds(0)) << "'b' was evicted, at size " << size;
+    const int64_t after_b = job.negotiation_rounds(0);
+    AllreduceEverywhere(&job, "c", 7);
+    EXPECT_LT(after_b, job.negotiation_rounds(0)) << "'c' was evicted, at size " << size;
+  }
+}
+
 TFRING_TEST(CacheEvictionInproc, AnEntryWaitingOnATakenSlotIsNegotiated) {
   for (int size : kSizes) {
     InprocJob job(size, WithCapacity(1));

@@ -1,5 +1,8 @@
 #include "tfring/kernels/core/response_cache.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace tfring {
 
 ResponseCache::ResponseCache(int64_t capacity) : capacity_(capacity) {}
@@ -18,13 +21,10 @@ int ResponseCache::Put(const Response& response, const Request& signature) {
   }
   int slot = -1;
   int evicted = -1;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].used) {
-      slot = static_cast<int>(i);
-      break;
-    }
-  }
-  if (slot < 0 && static_cast<int64_t>(slots_.size()) < capacity_) {
+  if (!free_.empty()) {
+    slot = *free_.begin();
+    free_.erase(free_.begin());
+  } else if (static_cast<int64_t>(slots_.size()) < capacity_) {
     slot = static_cast<int>(slots_.size());
     slots_.emplace_back();
   }
@@ -38,14 +38,27 @@ int ResponseCache::Put(const Response& response, const Request& signature) {
   return evicted;
 }
 
-int ResponseCache::LeastRecentlyUsed() const {
-  int oldest = -1;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (!s.used || s.last_used == cycle_) continue;
-    if (oldest < 0 || s.last_used < slots_[oldest].last_used) oldest = static_cast<int>(i);
+int ResponseCache::LeastRecentlyUsed() {
+  if (eviction_order_cycle_ != cycle_) {
+    // Within a cycle the order holds: touches come before negotiation's Puts, and a slot
+    // Put in this cycle is skipped below.
+    std::vector<std::pair<uint64_t, int>> by_age;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].used && slots_[i].last_used < cycle_) {
+        by_age.emplace_back(slots_[i].last_used, static_cast<int>(i));
+      }
+    }
+    std::sort(by_age.begin(), by_age.end());  // oldest first; the lowest slot of equals
+    eviction_order_.clear();
+    for (const auto& aged : by_age) eviction_order_.push_back(aged.second);
+    next_eviction_ = 0;
+    eviction_order_cycle_ = cycle_;
   }
-  return oldest;
+  while (next_eviction_ < eviction_order_.size()) {
+    const int slot = eviction_order_[next_eviction_++];
+    if (slots_[slot].used && slots_[slot].last_used < cycle_) return slot;
+  }
+  return -1;  // every slot is in use in this cycle
 }
 
 void ResponseCache::Erase(int slot) {
@@ -54,6 +67,7 @@ void ResponseCache::Erase(int slot) {
   const uint32_t generation = slots_[slot].generation + 1;
   slots_[slot] = Slot{};
   slots_[slot].generation = generation;
+  free_.insert(slot);
 }
 
 }  // namespace tfring

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -65,11 +66,17 @@ class ResponseCache {
     Request signature;
     Response response;
   };
-  // The slot Put takes when full, or -1.
-  int LeastRecentlyUsed() const;
+  // The slot Put takes when full, or -1. The first call in a cycle orders the candidates
+  // once (O(n log n)); later calls in that cycle take the next (a step that overflows the
+  // cache evicts hundreds a cycle, and a scan per eviction was O(n) each).
+  int LeastRecentlyUsed();
 
   int64_t capacity_;
   uint64_t cycle_ = 0;
+  std::set<int> free_;  // erased slots below slots_.size(): Put takes the lowest
+  std::vector<int> eviction_order_;  // used slots, least recently used first
+  size_t next_eviction_ = 0;
+  uint64_t eviction_order_cycle_ = ~uint64_t{0};  // the cycle eviction_order_ was made in
   std::deque<Slot> slots_;  // a deque: adding a slot moves no other
   std::unordered_map<std::string, int> by_name_;
 };
