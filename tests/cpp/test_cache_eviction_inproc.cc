@@ -162,6 +162,25 @@ TFRING_TEST(CacheEvictionInproc, AKernelTicketFollowsItsTensorsSlot) {
   }
 }
 
+// A ticket is trusted for its name without comparing names, never for the rest of the
+// signature: the same kernel with a new shape while its ticket is valid is negotiated again.
+TFRING_TEST(CacheEvictionInproc, AValidTicketStillChecksTheSignature) {
+  for (int size : kSizes) {
+    InprocJob job(size, WithCapacity(4));
+    std::vector<CacheTicket> a(size);
+    AllreduceWithTickets(&job, "a", {4}, 1, &a);  // negotiated, then cached
+    AllreduceWithTickets(&job, "a", {4}, 2, &a);  // from the cache: the ticket is issued
+    const uint64_t ticket = a[0].value.load();
+    EXPECT_TRUE(ticket != 0) << "at size " << size;
+    const int64_t rounds = job.negotiation_rounds(0);
+    AllreduceWithTickets(&job, "a", {2, 3}, 3, &a);  // the ticket's slot, another shape
+    EXPECT_TRUE(job.negotiation_rounds(0) > rounds) << "the new shape was negotiated";
+    AllreduceWithTickets(&job, "a", {2, 3}, 4, &a);
+    AllreduceWithTickets(&job, "a", {2, 3}, 5, &a);
+    EXPECT_TRUE(a[0].value.load() != ticket) << "the ticket follows the new signature";
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace tfring

@@ -21,6 +21,9 @@ constexpr int kHostMemory = -1;
 // it lives, and the runtime reads and renews it while the tensor's entry is pending. While
 // the slot still holds what it held then, the runtime finds the tensor's slot without a
 // lookup by name (which, on a step that moves megabytes, costs several cache misses).
+// A ticket serves one tensor name for its whole life: the runtime takes an unchanged slot to
+// be that name's without comparing names, so a submitter whose names change from call to
+// call (an unnamed eager op, named when queued) must not pass one.
 struct CacheTicket {
   std::atomic<uint64_t> value{0};  // generation << 32 | (slot + 1); 0: none yet
 };

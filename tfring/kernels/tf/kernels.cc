@@ -115,7 +115,8 @@ class AllreduceOp : public AsyncOpKernel {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
       e.request.name = names_[i];
-      e.cache_ticket = &tickets_[i];  // unused for unnamed eager calls (named when queued)
+      // A ticket serves one name (entry.h): an unnamed eager call is named when queued.
+      if (!attrs_.name.unnamed()) e.cache_ticket = &tickets_[i];
       if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
       e.request.shape = ShapeOf(input);
