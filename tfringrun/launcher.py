@@ -225,8 +225,8 @@ def _hostfile_for_openmpi(path):
 
 # glibc >= 2.35 then asks the kernel for transparent huge pages for the memory malloc maps
 # (where THP is "madvise", as on many distributions), and TensorFlow's tensors come from
-# malloc. MPI moves a large tensor 20-40% faster from huge pages (docs/benchmarks.md, 4 to
-# 64 MiB). Older glibc ignores the setting.
+# malloc. MPI moves a large tensor 20-40% faster from huge pages
+# (docs/benchmarks-allreduce.md, 4 to 64 MiB). Older glibc ignores the setting.
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
