@@ -196,6 +196,12 @@ TFRING_TEST(Message, OnlyLoneUnnamedEagerCallsAreCachedByCallSite) {
   EXPECT_FALSE(CachedByCallSite(q)) << "a grouped call's tensors share their call site";
   q.name = "unnamed.";
   EXPECT_FALSE(CachedByCallSite(q));
+  q.name = TensorKey("unnamed.", {0, 2});
+  EXPECT_FALSE(CachedByCallSite(q)) << "no number before the process set";
+  q.name = "unnamed.12x";
+  EXPECT_FALSE(CachedByCallSite(q));
+  q.name = "my.unnamed.12";
+  EXPECT_FALSE(CachedByCallSite(q));
   q.name = "unnamed.12";
   q.call_site = "";
   EXPECT_FALSE(CachedByCallSite(q)) << "a user's own name that looks like one";

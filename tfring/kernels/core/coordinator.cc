@@ -281,18 +281,21 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_na
   // An unnamed eager call: ranks pair these in the order they make them, and give them
   // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
   // earlier call from the same site waits on the slot here, this one is negotiated.
-  const std::string site = UnnamedCacheKey(q.call_site, q.process_set);
+  std::string site = UnnamedCacheKey(q.call_site, q.process_set);
   const int slot = cache_.Find(site);
   if (slot < 0 || pending_.AtSlot(slot)) return -1;
-  Request probe = q;
-  probe.name = site;
-  probe.cacheable = true;
-  if (!cache_.signature(slot).SameSignature(probe)) {
+  // The slot is the site's (found by it), and was cached from a request marked cacheable:
+  // compare the rest as if this one were (no copy of the request).
+  const bool cacheable = q.cacheable;
+  q.cacheable = true;
+  const bool same = cache_.signature(slot).SameButName(q);
+  q.cacheable = cacheable;
+  if (!same) {
     invalidate->push_back(slot);  // another shape (say) at the same line
     return -1;
   }
-  *unnamed_name = q.name;
-  q.name = site;
+  *unnamed_name = std::move(q.name);
+  q.name = std::move(site);
   return slot;
 }
 

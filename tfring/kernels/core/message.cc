@@ -198,10 +198,17 @@ std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int3
 
 bool CachedByCallSite(const Request& q) {
   if (q.call_site.empty()) return false;
-  const std::string own = q.name.substr(0, q.name.find(" ["));  // without the process set
-  const std::string prefix = "unnamed.";
-  if (own.compare(0, prefix.size(), prefix) != 0 || own.size() == prefix.size()) return false;
-  return own.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+  // "unnamed.<digits>", then a process set's " [...]" or nothing. Read in place: this runs
+  // for every tensor the runtime takes, twice for an unnamed eager call.
+  static constexpr char kPrefix[] = "unnamed.";
+  constexpr size_t kPrefixSize = sizeof(kPrefix) - 1;
+  const std::string& name = q.name;
+  const size_t end = std::min(name.find(" ["), name.size());
+  if (end <= kPrefixSize || name.compare(0, kPrefixSize, kPrefix) != 0) return false;
+  for (size_t i = kPrefixSize; i < end; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
 }
 
 Response ResponseTo(const Request& q) {
