@@ -253,8 +253,8 @@ int Coordinator::NamedSlot(const Entry& e) const {
     const int slot = static_cast<int>(ticket & 0xffffffffu) - 1;
     const uint32_t generation = static_cast<uint32_t>(ticket >> 32);
     // Unchanged since it was issued for this name (a ticket serves one name: entry.h), so
-    // it still holds this name: no compare of names, whose strings (cold after a step's
-    // copies) were a tenth of this thread's time on a grouped step of 1000 tensors.
+    // it still holds this name: no compare of names, whose strings are cold in the CPU's
+    // caches after a step's copies (docs/benchmarks-allreduce.md).
     if (cache_.Holds(slot, generation)) return slot;
   }
   return cache_.Find(e.request.name);
