@@ -28,7 +28,12 @@ std::vector<Request> SampleRequests() {
   c.kind = CollectiveKind::kAllgather;
   c.shape = {0, 1LL << 40};
   c.process_set = {0, 2, 5};
-  return {a, b, c};
+  Request d;  // a grouped allreduce's unit: tensors of two dtypes, packed as bytes
+  d.name = "grads";
+  d.dtype = DataType::kUInt8;
+  d.shape = {192};
+  d.parts = {{DataType::kFloat32, {3, 4}}, {DataType::kInt64, {}}, {DataType::kFloat16, {0}}};
+  return {a, b, c, d};
 }
 
 TFRING_TEST(Message, RequestsRoundTrip) {
@@ -78,6 +83,27 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   }
 }
 
+TFRING_TEST(Message, UnitsCompareTheirPartsAndNameThem) {
+  const Request unit = SampleRequests()[3];
+  EXPECT_TRUE(MixedParts(unit));
+  Request same_dtype = unit;
+  for (TensorPart& part : same_dtype.parts) part.dtype = DataType::kFloat32;
+  EXPECT_FALSE(MixedParts(same_dtype));
+  EXPECT_FALSE(MixedParts(SampleRequests()[0]));  // not a unit
+  // A part's shape or dtype, or one part more, is another collective.
+  Request other = unit;
+  other.parts[1].shape = {1};
+  EXPECT_FALSE(other.SameButName(unit));
+  other = unit;
+  other.parts[2].dtype = DataType::kBFloat16;
+  EXPECT_FALSE(other.SameButName(unit));
+  other = unit;
+  other.parts.push_back({DataType::kFloat32, {1}});
+  EXPECT_FALSE(other.SameButName(unit));
+  EXPECT_EQ(PartName("grads", 2), "grads.2");
+  EXPECT_EQ(PartName(TensorKey("grads", {0, 2}), 1), "grads.1 [process set 0, 2]");
+}
+
 TFRING_TEST(Message, DamagedMessagesAreErrors) {
   const std::string requests = EncodeRequests(SampleRequests());
   std::vector<Request> out;
@@ -103,7 +129,7 @@ TFRING_TEST(Message, VersionEnumsAndCountsAreChecked) {
   std::vector<Request> out;
   const Status old = DecodeRequests(With(requests, 0, 7), 4, &out);
   EXPECT_CONTAINS(old.message(), "from rank 4");
-  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 2");
+  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 3");
   // The first request's kind byte: after the version (1), the count (4), the name's length
   // (4) and the name.
   const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].name.size();

@@ -25,6 +25,30 @@ def test_shape_mismatch_inside_function(rank, size):
         f()
 
 
+def test_grouped_allreduce_mismatches_name_the_tensor(rank, size):
+    # A grouped op travels as one unit: the ranks' lists must agree tensor by tensor, and
+    # the error names the first that differs, whether its shape, its dtype or the count.
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"Mismatched shapes for tensor 'bad_group\.1': rank 0 sent \[3\], "
+                             r"rank 1 sent \[4\]"):
+        tfring.grouped_allreduce([tf.zeros([2]), tf.zeros([3 + rank])], name="bad_group")
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"Mismatched data types for tensor 'bad_group_dtype\.0': rank 0 "
+                             r"sent float32, rank 1 sent float64"):
+        tfring.grouped_allreduce([tf.zeros([2], tf.float32 if rank == 0 else tf.float64),
+                                  tf.zeros([3], tf.int32)], name="bad_group_dtype")
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"Mismatched tensor counts for 'bad_group_count': rank 0 sent a "
+                             r"grouped allreduce of 2 tensors, rank 1 sent a grouped "
+                             r"allreduce of 3 tensors"):
+        tfring.grouped_allreduce([tf.zeros([2])] * (2 + min(rank, 1)), name="bad_group_count")
+    # Then the same names, agreed, work.
+    out = tfring.grouped_allreduce([tf.fill([2], float(rank)), tf.ones([3], tf.int32)],
+                                   op=tfring.Sum, name="bad_group_dtype")
+    np.testing.assert_array_equal(out[0].numpy(), np.full(2, float(sum(range(size)))))
+    np.testing.assert_array_equal(out[1].numpy(), np.full(3, size))
+
+
 def test_dtype_mismatch(rank, size):
     x = tf.zeros([2], dtype=tf.float32 if rank == 0 else tf.int32)
     with pytest.raises(tf.errors.FailedPreconditionError,

@@ -40,15 +40,15 @@ def test_timeline_records_every_phase_and_fusion_groups(tmp_path, rank, size):
         return
     events = json.loads(path.read_text())  # valid JSON once stopped
     rows = _rows(events)
-    for i in range(3):
-        phases = [e["name"] for e in rows[f"tl.grouped.{i}"] if e["ph"] == "B"]
-        # A grouped op's outputs are laid out as the fusion buffer: the reduction runs in
-        # them, so there is no copy out.
-        assert phases == ["NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE"] * 2, \
-            phases
-    group_args = [e["args"] for e in rows["tl.grouped.1"] if e.get("name") == "MPI_ALLREDUCE"]
-    # 4 + 3 + 2 floats, each tensor starting at a multiple of 64 bytes: 64 + 64 + 8.
-    assert group_args[0] == {"group": "tl.grouped.0", "tensors": 3, "bytes": 136}
+    # A grouped op travels as one unit: its kernel packs the tensors into the buffer that
+    # holds its outputs, where the reduction runs: one row, no copy in or out.
+    assert not any(name.startswith("tl.grouped.") for name in rows), sorted(rows)
+    phases = [e["name"] for e in rows["tl.grouped"] if e["ph"] == "B"]
+    assert phases == ["NEGOTIATE", "QUEUE", "MPI_ALLREDUCE"] * 2, phases
+    group_args = [e["args"] for e in rows["tl.grouped"] if e.get("name") == "MPI_ALLREDUCE"]
+    # 4 + 3 + 2 floats, each tensor starting at a multiple of 64 bytes, the whole rounded
+    # up to one: 64 + 64 + 8 -> 192.
+    assert group_args[0] == {"group": "tl.grouped", "tensors": 3, "bytes": 192}
     assert [e["name"] for e in rows["tl.gather"] if e["ph"] == "B"] == [
         "NEGOTIATE", "QUEUE", "MPI_ALLGATHER"]
     assert [e["name"] for e in rows["tl.bcast"] if e["ph"] == "B"] == [
@@ -66,14 +66,14 @@ def test_timeline_records_every_phase_and_fusion_groups(tmp_path, rank, size):
         if e.get("ph") == "X":
             assert e["name"] == "SUBMIT" and e["dur"] >= 0, e
             submits[names[e["tid"]]].append(e)
-    for name in ("tl.grouped.0", "tl.grouped.2", "tl.gather", "tl.bcast"):
+    for name in ("tl.grouped", "tl.gather", "tl.bcast"):
         negotiate = [e["ts"] for e in rows[name] if e.get("name") == "NEGOTIATE"]
         assert len(submits[name]) == len(negotiate), name
         for submit, begin in zip(submits[name], negotiate):
             assert submit["ts"] + submit["dur"] <= begin, (name, submit, begin)
     totals = timeline.phase_totals(events)
-    assert totals["tl.grouped.0"]["MPI_ALLREDUCE"][1] == 2
-    assert totals["tl.grouped.0"]["SUBMIT"][1] == 2
+    assert totals["tl.grouped"]["MPI_ALLREDUCE"][1] == 2
+    assert totals["tl.grouped"]["SUBMIT"][1] == 2
 
 
 def test_timeline_errors_are_clear(tmp_path, rank):

@@ -23,6 +23,23 @@ Packed PlanPackedBytes(std::vector<int64_t> bytes, int64_t alignment) {
   return p;
 }
 
+Packed PlanParts(const std::vector<TensorPart>& parts) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(parts.size());
+  for (const TensorPart& part : parts) {
+    bytes.push_back(NumElements(part.shape) * static_cast<int64_t>(DataTypeSize(part.dtype)));
+  }
+  Packed p = PlanPackedBytes(std::move(bytes), kHostAllreduceAlignment);
+  p.total_bytes = (p.total_bytes + kHostAllreduceAlignment - 1) / kHostAllreduceAlignment *
+                  kHostAllreduceAlignment;
+  return p;
+}
+
+void DescribeUnit(Signature* s) {
+  s->dtype = MixedParts(*s) ? DataType::kUInt8 : s->parts[0].dtype;
+  s->shape = {PlanParts(s->parts).total_bytes / static_cast<int64_t>(DataTypeSize(s->dtype))};
+}
+
 GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,
                         int rank, int size) {
   GatherLayout layout;

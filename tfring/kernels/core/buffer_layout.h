@@ -4,9 +4,8 @@
 //
 // Allreduce and broadcast: whole tensors, one after another, in group order. The host
 // executor's allreduce starts each tensor at a multiple of kHostAllreduceAlignment (the
-// gaps are zeroed), so that a grouped op's kernel can lay its outputs out the same way
-// inside one buffer, each output aligned as TensorFlow requires, and the reduction then
-// runs in the outputs themselves (Entry::output_region).
+// gaps are zeroed). A grouped allreduce's kernel packs its tensors alike into one buffer,
+// its unit (Signature::parts), each output a slice of it aligned as TensorFlow requires.
 // Allgather: rank r's block of the gathered buffer holds rank r's rows of every tensor of the group,
 // tensor after tensor; output i needs its rows from every block, in rank order. A lone
 // tensor's block is its output's slice, so it needs no unpacking.
@@ -32,6 +31,12 @@ struct Packed {
 Packed PlanPacked(const std::vector<Entry*>& group, int64_t alignment = 1);
 // The same plan from the tensors' sizes in bytes.
 Packed PlanPackedBytes(std::vector<int64_t> bytes, int64_t alignment);
+// A unit's buffer: its tensors at multiples of kHostAllreduceAlignment, and total_bytes
+// rounded up to one too, so that the buffer is a whole number of elements of any dtype.
+Packed PlanParts(const std::vector<TensorPart>& parts);
+// Makes `s` the unit of its `parts` (at least one): `dtype` their common one, or kUInt8
+// when they differ, and `shape` the buffer's elements of it.
+void DescribeUnit(Signature* s);
 
 struct GatherPiece {
   size_t tensor;         // index in the group

@@ -139,9 +139,9 @@ bool Coordinator::Queue(std::vector<Entry>* entries) {
     return false;
   }
   // The cycle waits for a burst of graph ops to end (WaitForBurstToEnd). The entries of one
-  // op with several tensors (a grouped op) arrive here together and complete, so they
-  // count as no burst: the cycle takes them at once, all in the same cycle.
-  if (entries->size() == 1 && !(*entries)[0].eager) {
+  // op with several tensors arrive here together and complete, and so does a grouped op's
+  // unit (Signature::parts): they count as no burst, and the cycle takes them at once.
+  if (entries->size() == 1 && !(*entries)[0].eager && (*entries)[0].request.parts.empty()) {
     graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
   }
   const int count = static_cast<int>(entries->size());

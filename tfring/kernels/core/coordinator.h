@@ -38,8 +38,8 @@
 // instead of one cycle each. A step submits the same ops every time, so the wait also ends
 // as soon as as many have come as in the largest of the last few bursts (RecentBursts):
 // the gap is then paid only while the runtime learns the step. Eager ops skip that wait:
-// their caller waits for them alone; so do the tensors of one grouped op, which arrive
-// together (EnqueueAll) and complete.
+// their caller waits for them alone; so does a grouped op, which arrives complete: as one
+// unit (Signature::parts) on the host, its tensors together (EnqueueAll) on a GPU.
 //
 // The background thread is named tfring-cycles and runs under SCHED_BATCH on Linux
 // (TFRING_SCHED_BATCH; coordinator_drive.cc says why).

@@ -12,6 +12,7 @@
 
 #include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/buffer_layout.h"
 #include "tfring/kernels/core/coordinator.h"
 #include "tfring/kernels/core/fusion.h"
 
@@ -48,8 +49,16 @@ Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scrat
     case CollectiveKind::kAllreduce:
     case CollectiveKind::kReducescatter: {
       char* in = scratch->Buffer(count * esize);
-      FillIdentity(r.dtype, r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op, in,
-                   count);
+      const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+      if (MixedParts(r)) {  // each tensor of the unit in its own dtype; the gaps are unread
+        const Packed packed = PlanParts(r.parts);
+        for (size_t i = 0; i < r.parts.size(); ++i) {
+          FillIdentity(r.parts[i].dtype, op, in + packed.offsets[i],
+                       NumElements(r.parts[i].shape));
+        }
+      } else {
+        FillIdentity(r.dtype, op, in, count);
+      }
       e->input = in;
       e->output = in;
       if (r.kind == CollectiveKind::kReducescatter) {

@@ -35,13 +35,6 @@ struct Entry {
   // own buffer (an allreduce input nothing else holds, the broadcast root's tensor).
   // Allgather: null until allocate_output runs.
   void* output = nullptr;
-  // Allreduce of host tensors: the one buffer that holds this output and the other outputs
-  // of its op, when the op laid them out as the host executor packs a fused group
-  // (buffer_layout.h): a grouped op's kernel does. When a fused group's outputs all lie so
-  // in one region, the reduction runs there, with no fusion buffer and no copy out. Null:
-  // the output is a buffer of its own.
-  void* output_region = nullptr;
-  int64_t output_region_bytes = 0;
   // Where input and output live: kHostMemory, or the ordinal of the GPU that holds them
   // (then request.on_device is true, and the device executor runs the op).
   int device = kHostMemory;

@@ -7,6 +7,8 @@ namespace {
 
 bool Compatible(const Response& a, const Response& b) {
   if (a.kind != b.kind || a.dtype != b.dtype || a.on_device != b.on_device) return false;
+  // A unit of tensors of several dtypes is reduced dtype by dtype, in its own buffer.
+  if (MixedParts(a) || MixedParts(b)) return false;
   // An Average divides the fused buffer by one count of ranks with data.
   if (a.joined != b.joined) return false;
   if (a.kind == CollectiveKind::kReducescatter || a.kind == CollectiveKind::kAlltoall) {

@@ -15,27 +15,6 @@ void CopyBytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
 }
 
-// True when the group's outputs lie in one region exactly as `packed` places them, so that
-// the region can serve as the fusion buffer. The region must hold the whole span, gaps
-// included: they are written too, and memory between separately allocated outputs may
-// belong to someone else.
-bool OutputsLaidOutAs(const std::vector<Entry*>& group, const Packed& packed) {
-  const Entry& first = *group[0];
-  if (first.output_region == nullptr) return false;
-  const char* base = static_cast<const char*>(first.output);
-  const char* region = static_cast<const char*>(first.output_region);
-  if (base < region || base + packed.total_bytes > region + first.output_region_bytes) {
-    return false;
-  }
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (group[i]->output_region != first.output_region ||
-        static_cast<const char*>(group[i]->output) != base + packed.offsets[i]) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 HostExecutor::HostExecutor(std::unique_ptr<Backend> backend, int rank, int size)
@@ -53,12 +32,11 @@ char* HostExecutor::FusionBuffer(size_t which, size_t bytes) {
   return b.data();
 }
 
-void HostExecutor::Postprocess(const Entry& e, const Response& r, const void* from, void* to,
-                               int64_t count) {
-  const DataType dtype = e.request.dtype;
+void HostExecutor::Postprocess(DataType dtype, double postscale, const Response& r,
+                               const void* from, void* to, int64_t count) {
   const bool average = r.reduce_op == ReduceOp::kAverage;
   const int divisor = Contributors(r, size_);  // the ranks that had data
-  double factor = e.request.postscale_factor;
+  double factor = postscale;
   if (average && factor == 1.0 && !IsFloatingPoint(dtype)) {
     if (to != from) CopyBytes(to, from, count * DataTypeSize(dtype));
     DivideTowardZeroInPlace(dtype, divisor, to, count);  // exact
@@ -76,8 +54,10 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   const DataType dtype = r.dtype;
   const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   const size_t esize = DataTypeSize(dtype);
+  if (group.size() == 1 && MixedParts(group[0]->request)) return AllreduceMixedUnit(*group[0], r);
   if (group.size() == 1) {
-    // A lone tensor goes straight from its input to its output: no fusion-buffer copy.
+    // A lone tensor (a grouped op's unit too) goes straight from its input to its output:
+    // no fusion-buffer copy.
     Entry& e = *group[0];
     const int64_t count = NumElements(e.request.shape);
     const void* in = e.input;
@@ -91,13 +71,11 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
             Timeline::GroupArgs(group, count * esize));
     }
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(in, e.output, count, dtype, wire_op));
-    Postprocess(e, r, e.output, e.output, count);
+    Postprocess(dtype, e.request.postscale_factor, r, e.output, e.output, count);
     return Status::OK();
   }
   const Packed packed = PlanPacked(group, kHostAllreduceAlignment);
-  const bool in_outputs = OutputsLaidOutAs(group, packed);
-  char* buffer = in_outputs ? static_cast<char*>(group[0]->output)
-                            : FusionBuffer(0, packed.total_bytes);
+  char* buffer = FusionBuffer(0, packed.total_bytes);
   if (recording()) Phase(group, "MEMCPY_IN_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
     CopyBytes(buffer + packed.offsets[i], group[i]->input, packed.bytes[i]);
@@ -116,10 +94,45 @@ Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response&
   }
   TFRING_RETURN_IF_ERROR(
       backend_->Allreduce(buffer, buffer, packed.total_bytes / esize, dtype, wire_op));
-  if (!in_outputs && recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
+  if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < group.size(); ++i) {
-    char* out = in_outputs ? buffer + packed.offsets[i] : static_cast<char*>(group[i]->output);
-    Postprocess(*group[i], r, buffer + packed.offsets[i], out, packed.bytes[i] / esize);
+    Postprocess(dtype, group[i]->request.postscale_factor, r, buffer + packed.offsets[i],
+                group[i]->output, packed.bytes[i] / esize);
+  }
+  return Status::OK();
+}
+
+Status HostExecutor::AllreduceMixedUnit(Entry& e, const Response& r) {
+  const std::vector<TensorPart>& parts = e.request.parts;
+  const Packed packed = PlanParts(parts);
+  char* buffer = static_cast<char*>(e.output);
+  if (e.output != e.input) CopyBytes(e.output, e.input, packed.total_bytes);
+  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  if (recording()) {
+    Phase({&e}, PhaseName(backend_->allreduce_phase()),
+          Timeline::GroupArgs({&e}, packed.total_bytes));
+  }
+  // One call per run of tensors of one dtype, over the run's span of the buffer (its gaps
+  // are zeros on every rank, and no output sees them).
+  for (size_t first = 0; first < parts.size();) {
+    const DataType dtype = parts[first].dtype;
+    const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+    size_t end = first + 1;
+    while (end < parts.size() && parts[end].dtype == dtype) ++end;
+    for (size_t i = first; i < end; ++i) {
+      if (e.request.prescale_factor != 1.0) {
+        ScaleInPlace(dtype, e.request.prescale_factor, buffer + packed.offsets[i],
+                     packed.bytes[i] / esize);
+      }
+    }
+    char* span = buffer + packed.offsets[first];
+    const int64_t span_bytes = packed.offsets[end - 1] + packed.bytes[end - 1] - packed.offsets[first];
+    TFRING_RETURN_IF_ERROR(backend_->Allreduce(span, span, span_bytes / esize, dtype, wire_op));
+    for (size_t i = first; i < end; ++i) {
+      char* part = buffer + packed.offsets[i];
+      Postprocess(dtype, e.request.postscale_factor, r, part, part, packed.bytes[i] / esize);
+    }
+    first = end;
   }
   return Status::OK();
 }
@@ -200,7 +213,7 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
             Timeline::GroupArgs({e}, total * esize));
     }
     TFRING_RETURN_IF_ERROR(backend_->Reducescatter(in, e->output, counts, r.dtype, wire_op));
-    Postprocess(*e, r, e->output, e->output, counts[rank_]);
+    Postprocess(r.dtype, e->request.postscale_factor, r, e->output, e->output, counts[rank_]);
   }
   return Status::OK();
 }

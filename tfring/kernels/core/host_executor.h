@@ -31,8 +31,11 @@ class HostExecutor : public GroupExecutor {
  private:
   // Average's division and the postscale factor, from the reduced `from` into `to` (which
   // may be `from`): a fused tensor leaves the fusion buffer scaled, in one pass.
-  void Postprocess(const Entry& e, const Response& r, const void* from, void* to,
-                   int64_t count);
+  void Postprocess(DataType dtype, double postscale, const Response& r, const void* from,
+                   void* to, int64_t count);
+  // A grouped op's unit whose tensors differ in dtype (MixedParts): one reduction per run of
+  // tensors of one dtype, in the unit's own buffer.
+  Status AllreduceMixedUnit(Entry& e, const Response& r);
   char* FusionBuffer(size_t which, size_t bytes);
   // The timeline's name for the backend call: "MPI_ALLREDUCE", ...
   std::string PhaseName(const char* collective) const;

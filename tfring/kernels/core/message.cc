@@ -76,6 +76,8 @@ class Reader {
     return true;
   }
   bool done() const { return pos_ == in_.size(); }
+  // Whether `n` more bytes are left.
+  bool Fits(size_t n) const { return pos_ + n <= in_.size(); }
 
  private:
   const std::string& in_;
@@ -84,7 +86,7 @@ class Reader {
 
 // The first byte of every control-plane message. Ranks of one job run one build; a rank
 // from another build (a different tfring on some host) is named instead of misread.
-constexpr uint8_t kWireVersion = 2;
+constexpr uint8_t kWireVersion = 3;
 
 Status Corrupt(const char* what, int from_rank, const std::string& detail) {
   return Status::Internal(std::string("malformed ") + what + " message from rank " +
@@ -115,6 +117,11 @@ void PutSignature(Writer* w, const Signature& m) {
   w->Put<double>(m.postscale_factor);
   w->PutInts(m.shape);
   w->PutRanks(m.process_set);
+  w->Put<uint32_t>(static_cast<uint32_t>(m.parts.size()));
+  for (const TensorPart& part : m.parts) {
+    w->Put<uint8_t>(static_cast<uint8_t>(part.dtype));
+    w->PutInts(part.shape);
+  }
 }
 
 // Reads what PutSignature wrote; "" when it is well formed, else what is wrong. Every enum
@@ -134,6 +141,21 @@ std::string GetSignature(Reader* rd, Signature* m) {
   if (!IsValidReduceOp(op)) return "unknown reduce op " + std::to_string(op);
   for (int64_t d : m->shape) {
     if (d < 0) return "negative dimension in the shape of '" + m->name + "'";
+  }
+  uint32_t parts;
+  // Each part takes at least 5 bytes: a count checked against them allocates nothing absurd.
+  if (!rd->Get(&parts) || !rd->Fits(static_cast<size_t>(parts) * 5)) {
+    return "truncated or damaged parts";
+  }
+  m->parts.resize(parts);
+  for (TensorPart& part : m->parts) {
+    uint8_t part_dtype;
+    if (!rd->Get(&part_dtype) || !rd->GetInts(&part.shape)) return "truncated or damaged parts";
+    if (part_dtype >= kNumDataTypes) return "unknown dtype " + std::to_string(part_dtype);
+    part.dtype = static_cast<DataType>(part_dtype);
+    for (int64_t d : part.shape) {
+      if (d < 0) return "negative dimension in a part of '" + m->name + "'";
+    }
   }
   m->kind = static_cast<CollectiveKind>(kind);
   m->dtype = static_cast<DataType>(dtype);
@@ -189,7 +211,23 @@ bool Signature::SameButName(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape &&
-         process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device;
+         process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device &&
+         parts == o.parts;
+}
+
+bool MixedParts(const Signature& s) {
+  for (const TensorPart& part : s.parts) {
+    if (part.dtype != s.parts[0].dtype) return true;
+  }
+  return false;
+}
+
+std::string PartName(const std::string& unit_name, size_t index) {
+  // Before a process set's " [process set ...]" (TensorKey), which names the whole unit.
+  const size_t end = std::min(unit_name.find(" [process set "), unit_name.size());
+  std::string name = unit_name;
+  name.insert(end, "." + std::to_string(index));
+  return name;
 }
 
 std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int32_t>& process_set) {

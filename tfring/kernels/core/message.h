@@ -11,6 +11,14 @@
 
 namespace tfring {
 
+// One tensor of a grouped allreduce that travels as one (Signature::parts).
+struct TensorPart {
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  bool operator==(const TensorPart& o) const { return dtype == o.dtype && shape == o.shape; }
+  bool operator!=(const TensorPart& o) const { return !(*this == o); }
+};
+
 // What identifies one collective: the fields every rank's request must agree on, that the
 // response cache keys on, and that Requests and Responses both carry (encoded once, by one
 // function, for both).
@@ -34,6 +42,13 @@ struct Signature {
   // Where the tensor lives: host memory (MPI) or a GPU (NCCL). Every rank must agree, since
   // the two take different backends; which GPU is each rank's own business.
   bool on_device = false;
+  // A grouped allreduce of host tensors travels as one tensor, a "unit": its kernel packs
+  // the op's tensors into one buffer (PlanParts, buffer_layout.h) and submits that, so the
+  // runtime takes, negotiates, caches, reduces and completes one entry per op, not one per
+  // tensor. `parts` lists the tensors, in order; `shape` is then [the buffer's elements] of
+  // `dtype`, the tensors' common dtype, or kUInt8 (bytes) when they differ (MixedParts).
+  // Empty for every other collective.
+  std::vector<TensorPart> parts;
 
   bool operator==(const Signature& o) const { return name == o.name && SameButName(o); }
   bool operator!=(const Signature& o) const { return !(*this == o); }
@@ -105,6 +120,12 @@ int Contributors(const Response& r, int set_size);
 // How a reducescatter splits `rows` rows over `size` ranks (Horovod's split): as evenly as
 // possible, the first rows % size ranks taking one row more.
 std::vector<int64_t> ReducescatterRows(int64_t rows, int size);
+
+// Whether a unit's tensors (Signature::parts) differ in dtype: such a unit is reduced dtype
+// by dtype and never fused with other tensors.
+bool MixedParts(const Signature& s);
+// A unit's tensor `index`, as messages name it: "grad.3".
+std::string PartName(const std::string& unit_name, size_t index);
 
 // Bytes of the whole tensor, and of one row (all dimensions but the first).
 int64_t TensorBytes(const Signature& r);

@@ -22,6 +22,34 @@ std::string Mismatch(const std::string& what, const std::string& name, int r0,
          " sent " + v0 + ", rank " + std::to_string(r) + " sent " + v;
 }
 
+// For grouped allreduces that travel as one unit (Signature::parts): how two ranks' units
+// differ, said of the first tensor that differs (they differ). Checked before the unit's
+// own dtype and shape, which only summarize its parts.
+std::string PartsMismatch(const std::string& name, int r0, const Request& first, int r,
+                          const Request& req) {
+  auto count = [](const Request& q) {
+    return q.parts.empty() ? std::string("one tensor (not a grouped allreduce)")
+                           : "a grouped allreduce of " + std::to_string(q.parts.size()) +
+                                 " tensors";
+  };
+  if (req.parts.size() != first.parts.size()) {
+    return "Mismatched tensor counts for '" + name + "': rank " + std::to_string(r0) + " sent " +
+           count(first) + ", rank " + std::to_string(r) + " sent " + count(req);
+  }
+  for (size_t i = 0; i < first.parts.size(); ++i) {
+    const TensorPart& a = first.parts[i];
+    const TensorPart& b = req.parts[i];
+    const std::string part = PartName(name, i);
+    if (a.dtype != b.dtype) {
+      return Mismatch("data types", part, r0, DataTypeName(a.dtype), r, DataTypeName(b.dtype));
+    }
+    if (a.shape != b.shape) {
+      return Mismatch("shapes", part, r0, ShapeToString(a.shape), r, ShapeToString(b.shape));
+    }
+  }
+  return "Mismatched tensors for '" + name + "'";  // not reached: some part differs
+}
+
 // For a mismatch between unnamed eager calls, which were paired by their order: which call
 // each rank made, and what that means.
 std::string CallSitesNote(int r0, const std::string& site0, int r, const std::string& site) {
@@ -151,6 +179,8 @@ Response Negotiator::Validate(const Slot& slot) const {
       resp.error = Mismatch("devices", n, r0, first.on_device ? "GPU" : "CPU", r,
                             req.on_device ? "GPU" : "CPU") +
                    " (place the tensor on the same kind of device on every rank)";
+    } else if (req.parts != first.parts) {
+      resp.error = PartsMismatch(n, r0, first, r, req);
     } else if (req.dtype != first.dtype) {
       resp.error = Mismatch("data types", n, r0, DataTypeName(first.dtype), r,
                             DataTypeName(req.dtype));

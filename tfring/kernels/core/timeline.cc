@@ -147,8 +147,10 @@ void Timeline::Flush() {
 }
 
 std::string Timeline::GroupArgs(const std::vector<Entry*>& group, int64_t bytes) {
+  size_t tensors = 0;  // a grouped op's unit counts its tensors (Signature::parts)
+  for (const Entry* e : group) tensors += std::max<size_t>(1, e->request.parts.size());
   return "\"group\": " + JsonString(group[0]->request.name) +
-         ", \"tensors\": " + std::to_string(group.size()) + ", \"bytes\": " + std::to_string(bytes);
+         ", \"tensors\": " + std::to_string(tensors) + ", \"bytes\": " + std::to_string(bytes);
 }
 
 }  // namespace tfring

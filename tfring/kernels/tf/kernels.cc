@@ -3,6 +3,7 @@
 // the runtime's background thread, or, for eager ops that finish quickly, on the caller's
 // (KernelCompletion in adapter.h).
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -66,32 +67,40 @@ std::function<Status(const Shape&, void**)> OutputAllocator(OpKernelContext* ctx
   };
 }
 
-// A grouped allreduce of host tensors: its outputs are slices of one buffer, laid out as
-// the host executor packs a fused group (buffer_layout.h), so that the reduction runs in
-// them when the group travels as one (Entry::output_region): no copy out of a fusion
-// buffer, and no attempt per tensor to forward its input. As with TensorFlow's own split,
-// an output kept alive keeps the whole buffer alive.
-absl::Status OutputsInOneRegion(OpKernelContext* ctx, std::vector<Entry>* entries) {
+// A grouped allreduce of host tensors travels as one unit (Signature::parts): its kernel
+// packs the tensors here into one buffer laid out by PlanParts, whose slices are the op's
+// outputs, and submits that buffer as one entry, reduced in place. The runtime's work per
+// step is then per op, not per tensor (for 1000 tensors that work cost more than the
+// collective); the copy in is the one a fused group makes anyway. As with TensorFlow's own
+// split, an output kept alive keeps the whole buffer alive.
+absl::Status PackUnit(OpKernelContext* ctx, Entry* unit) {
   const int n = ctx->num_inputs();
-  std::vector<int64_t> bytes(n);
-  for (int i = 0; i < n; ++i) bytes[i] = ctx->input(i).TotalBytes();
-  const Packed packed = PlanPackedBytes(std::move(bytes), kHostAllreduceAlignment);
+  Request& request = unit->request;
+  request.parts.resize(n);
+  for (int i = 0; i < n; ++i) {  // each dtype was checked (CheckCommon)
+    FromTfDataType(ctx->input(i).dtype(), &request.parts[i].dtype);
+    request.parts[i].shape = ShapeOf(ctx->input(i));
+  }
+  DescribeUnit(&request);
+  const Packed packed = PlanParts(request.parts);
   Tensor region;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT8,
                                         tensorflow::TensorShape({packed.total_bytes}), &region));
   char* base = static_cast<char*>(MutableDataOf(&region));
+  int64_t end = 0;  // of the last tensor placed: the gaps are zeros on every rank
   for (int i = 0; i < n; ++i) {
     const Tensor& input = ctx->input(i);
+    const int64_t at = packed.offsets[i];
+    if (at > end) std::memset(base + end, 0, at - end);
+    if (packed.bytes[i] > 0) std::memcpy(base + at, DataOf(input), packed.bytes[i]);
+    end = at + packed.bytes[i];
     Tensor output;
-    TF_RETURN_IF_ERROR(output.BitcastFrom(
-        region.Slice(packed.offsets[i], packed.offsets[i] + packed.bytes[i]), input.dtype(),
-        input.shape()));
+    TF_RETURN_IF_ERROR(output.BitcastFrom(region.Slice(at, end), input.dtype(), input.shape()));
     ctx->set_output(i, output);
-    Entry& e = (*entries)[i];
-    e.output = base + packed.offsets[i];
-    e.output_region = base;
-    e.output_region_bytes = packed.total_bytes;
   }
+  if (packed.total_bytes > end) std::memset(base + end, 0, packed.total_bytes - end);
+  unit->input = base;
+  unit->output = base;
   return absl::OkStatus();
 }
 
@@ -103,28 +112,39 @@ class AllreduceOp : public AsyncOpKernel {
     const int n = c->num_inputs();
     names_.reserve(n);
     for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(attrs_.name.Display(), i, n));
+    unit_name_ = attrs_.name.Display();
     tickets_ = std::make_unique<CacheTicket[]>(n);
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
+    if (n == 0) return done();
     // Copies of one entry: one clock read for the op's start (Entry::created), not one per
     // tensor.
-    std::vector<Entry> entries(n, Entry());
+    const bool unit = !kOnGpu && n > 1;
+    std::vector<Entry> entries(unit ? 1 : n, Entry());
+    int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
+      DataType dtype;
+      if (!CheckCommon<kOnGpu>(ctx, names_[i], input, &dtype)) return done();
+      bytes += input.TotalBytes();
+      if (unit) continue;
       Entry& e = entries[i];
       e.request.name = names_[i];
-      // A ticket serves one name (entry.h): an unnamed eager call is named when queued.
-      if (!attrs_.name.unnamed()) e.cache_ticket = &tickets_[i];
-      if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
-      OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
+      e.request.dtype = dtype;
       e.request.shape = ShapeOf(input);
       e.input = DataOf(input);
     }
-    if (n == 0) return done();
-    if (!kOnGpu && n > 1) {
-      OP_REQUIRES_OK_ASYNC(ctx, OutputsInOneRegion(ctx, &entries), done);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      Entry& e = entries[i];
+      if (unit) e.request.name = unit_name_;
+      // A ticket serves one name (entry.h): an unnamed eager call is named when queued.
+      if (!attrs_.name.unnamed()) e.cache_ticket = &tickets_[i];
+      OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
+    }
+    if (unit) {
+      OP_REQUIRES_OK_ASYNC(ctx, PackUnit(ctx, &entries[0]), done);
     } else {
       for (int i = 0; i < n; ++i) {
         // When nothing else holds the input (a gradient inside a step, say), reduce in
@@ -137,15 +157,14 @@ class AllreduceOp : public AsyncOpKernel {
         entries[i].output = MutableDataOf(output);
       }
     }
-    int64_t bytes = 0;
-    for (int i = 0; i < n; ++i) bytes += ctx->input(i).TotalBytes();
     SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes,
                       attrs_.name);
   }
 
  private:
   const ReduceAttrs attrs_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_;  // each tensor's
+  std::string unit_name_;           // a grouped op's unit's (PackUnit): the op's name
   // Where each tensor sat in the response cache last time (entry.h); lives with the kernel.
   std::unique_ptr<CacheTicket[]> tickets_;
 };
