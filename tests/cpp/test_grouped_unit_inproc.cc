@@ -36,19 +36,22 @@ struct Unit {
 using UnitPtr = std::shared_ptr<Unit>;
 
 // Packs TestValues(dtype, rank, count, salt + i) for each part, as a grouped op's kernel
-// packs its inputs (the gaps zeroed), and submits the unit.
+// packs its inputs (PackInto), and submits the unit.
 UnitPtr SubmitUnit(Coordinator* c, const std::string& name, std::vector<TensorPart> parts,
                    ReduceOp op, int rank, int salt, double postscale = 1.0) {
   auto unit = std::make_shared<Unit>();
   unit->parts = std::move(parts);
   unit->plan = PlanParts(unit->parts);
-  unit->buffer.assign(unit->plan.total_bytes + 1, 0);  // +1: never a null data()
+  unit->buffer.assign(unit->plan.total_bytes + 1, 0x5A);  // +1: never a null data()
+  std::vector<std::vector<char>> inputs;
+  std::vector<const void*> pointers;
   for (size_t i = 0; i < unit->parts.size(); ++i) {
     const TensorPart& part = unit->parts[i];
-    const std::vector<char> bytes =
-        Encode(part.dtype, TestValues(part.dtype, rank, NumElements(part.shape), salt + i));
-    if (!bytes.empty()) std::memcpy(&unit->buffer[unit->plan.offsets[i]], bytes.data(), bytes.size());
+    inputs.push_back(
+        Encode(part.dtype, TestValues(part.dtype, rank, NumElements(part.shape), salt + i)));
+    pointers.push_back(inputs.back().data());
   }
+  PackInto(unit->plan, pointers, unit->buffer.data());  // zeroes the gaps the 0x5A filled
   Entry e;
   e.request.name = name;
   e.request.kind = CollectiveKind::kAllreduce;
@@ -152,7 +155,8 @@ TFRING_TEST(GroupedUnit, FusedWithOtherTensorsAndScaled) {
     for (int round = 0; round < 3; ++round) {
       // Submitted together: the unit and the lone tensor share a cycle and, both float32
       // sums below the fusion threshold, a fusion buffer; the mixed unit goes alone.
-      UnitPtr u = SubmitUnit(c, "f.unit", OneDtype(DataType::kFloat32), ReduceOp::kSum, rank, 0, 2.0);
+      UnitPtr u =
+          SubmitUnit(c, "f.unit", OneDtype(DataType::kFloat32), ReduceOp::kSum, rank, 0, 2.0);
       OpPtr lone = SubmitAllreduce(c, "f.lone", DataType::kFloat32, {7},
                                    TestValues(DataType::kFloat32, rank, 7, 50), ReduceOp::kSum);
       UnitPtr m = SubmitUnit(c, "f.mixed", Mixed(), ReduceOp::kSum, rank, 60, 3.0);
@@ -223,7 +227,8 @@ TFRING_TEST(GroupedUnit, RanksWhoseUnitsDifferAreToldWhichTensor) {
   ExpectRefused(shape, "Mismatched shapes for tensor 'bad.3': rank 0 sent [4,4], rank 1 sent [16]");
   std::vector<TensorPart> dtype = OneDtype(DataType::kFloat32);
   dtype[1].dtype = DataType::kInt32;
-  ExpectRefused(dtype, "Mismatched data types for tensor 'bad.1': rank 0 sent float32, rank 1 sent int32");
+  ExpectRefused(dtype,
+                "Mismatched data types for tensor 'bad.1': rank 0 sent float32, rank 1 sent int32");
   std::vector<TensorPart> more = OneDtype(DataType::kFloat32);
   more.push_back({DataType::kFloat32, {1}});
   ExpectRefused(more, "rank 0 sent a grouped allreduce of 5 tensors, rank 1 sent a grouped "

@@ -132,6 +132,22 @@ def test_mismatch_under_xla_fails_on_every_rank_naming_the_tensor(rank, size):
     np.testing.assert_array_equal(tfring.allreduce(tf.ones([1]), op=tfring.Sum), [size])
 
 
+def test_grouped_under_xla_is_one_unit_as_eagerly(rank, size):
+    # A grouped allreduce travels as one unit under XLA too: a tensor that differs between
+    # ranks is named, and rank 0's XLA call pairs with the others' eager op of that name.
+    step = tf.function(lambda a, b: tfring.grouped_allreduce([a, b], name="xla_bad_group"),
+                       jit_compile=True)
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"Mismatched shapes for tensor 'xla_bad_group\.1': rank 0 sent "
+                             r"\[3\], rank 1 sent \[4\]"):
+        step(tf.zeros([2]), tf.zeros([3 + rank]))
+    a, b = tf.fill([2], float(rank)), tf.range(5, dtype=tf.int32) * (rank + 1)
+    both = lambda a, b: tfring.grouped_allreduce([a, b], op=tfring.Sum, name="xla_or_eager")
+    got = tf.function(both, jit_compile=True)(a, b) if rank == 0 else both(a, b)
+    np.testing.assert_array_equal(got[0], np.full(2, float(sum(range(size)))))
+    np.testing.assert_array_equal(got[1], np.arange(5) * sum(range(1, size + 1)))
+
+
 def fit(rank, size, optimizer, jit_compile, **options):
     return _keras_problem.fit_distributed(keras, rank, size, optimizer, steps=STEPS,
                                           jit_compile=jit_compile, **options)

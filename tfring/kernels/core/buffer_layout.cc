@@ -1,5 +1,7 @@
 #include "tfring/kernels/core/buffer_layout.h"
 
+#include <cstring>
+
 namespace tfring {
 
 Packed PlanPacked(const std::vector<Entry*>& group, int64_t alignment) {
@@ -38,6 +40,18 @@ Packed PlanParts(const std::vector<TensorPart>& parts) {
 void DescribeUnit(Signature* s) {
   s->dtype = MixedParts(*s) ? DataType::kUInt8 : s->parts[0].dtype;
   s->shape = {PlanParts(s->parts).total_bytes / static_cast<int64_t>(DataTypeSize(s->dtype))};
+}
+
+void PackInto(const Packed& packed, const std::vector<const void*>& inputs, char* buffer) {
+  int64_t end = 0;  // of the last tensor placed
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t at = packed.offsets[i];
+    if (at > end) std::memset(buffer + end, 0, at - end);
+    // memcpy from a null pointer is undefined even for no bytes; empty tensors may have one.
+    if (packed.bytes[i] > 0) std::memcpy(buffer + at, inputs[i], packed.bytes[i]);
+    end = at + packed.bytes[i];
+  }
+  if (packed.total_bytes > end) std::memset(buffer + end, 0, packed.total_bytes - end);
 }
 
 GatherLayout PlanGather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs,

@@ -126,7 +126,8 @@ Status HostExecutor::AllreduceMixedUnit(Entry& e, const Response& r) {
       }
     }
     char* span = buffer + packed.offsets[first];
-    const int64_t span_bytes = packed.offsets[end - 1] + packed.bytes[end - 1] - packed.offsets[first];
+    const int64_t span_bytes =
+        packed.offsets[end - 1] + packed.bytes[end - 1] - packed.offsets[first];
     TFRING_RETURN_IF_ERROR(backend_->Allreduce(span, span, span_bytes / esize, dtype, wire_op));
     for (size_t i = first; i < end; ++i) {
       char* part = buffer + packed.offsets[i];

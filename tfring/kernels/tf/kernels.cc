@@ -3,7 +3,6 @@
 // the runtime's background thread, or, for eager ops that finish quickly, on the caller's
 // (KernelCompletion in adapter.h).
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -77,7 +76,7 @@ absl::Status PackUnit(OpKernelContext* ctx, Entry* unit) {
   const int n = ctx->num_inputs();
   Request& request = unit->request;
   request.parts.resize(n);
-  for (int i = 0; i < n; ++i) {  // each dtype was checked (CheckCommon)
+  for (int i = 0; i < n; ++i) {  // each dtype was checked (CheckDtype)
     FromTfDataType(ctx->input(i).dtype(), &request.parts[i].dtype);
     request.parts[i].shape = ShapeOf(ctx->input(i));
   }
@@ -87,18 +86,17 @@ absl::Status PackUnit(OpKernelContext* ctx, Entry* unit) {
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT8,
                                         tensorflow::TensorShape({packed.total_bytes}), &region));
   char* base = static_cast<char*>(MutableDataOf(&region));
-  int64_t end = 0;  // of the last tensor placed: the gaps are zeros on every rank
+  std::vector<const void*> inputs(n);
+  for (int i = 0; i < n; ++i) inputs[i] = DataOf(ctx->input(i));
+  PackInto(packed, inputs, base);
   for (int i = 0; i < n; ++i) {
     const Tensor& input = ctx->input(i);
-    const int64_t at = packed.offsets[i];
-    if (at > end) std::memset(base + end, 0, at - end);
-    if (packed.bytes[i] > 0) std::memcpy(base + at, DataOf(input), packed.bytes[i]);
-    end = at + packed.bytes[i];
     Tensor output;
-    TF_RETURN_IF_ERROR(output.BitcastFrom(region.Slice(at, end), input.dtype(), input.shape()));
+    TF_RETURN_IF_ERROR(output.BitcastFrom(
+        region.Slice(packed.offsets[i], packed.offsets[i] + packed.bytes[i]), input.dtype(),
+        input.shape()));
     ctx->set_output(i, output);
   }
-  if (packed.total_bytes > end) std::memset(base + end, 0, packed.total_bytes - end);
   unit->input = base;
   unit->output = base;
   return absl::OkStatus();
@@ -110,9 +108,9 @@ class AllreduceOp : public AsyncOpKernel {
   explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c), attrs_(c) {
     // Each tensor's name is the same on every run: made once, not per tensor per step.
     const int n = c->num_inputs();
+    display_name_ = attrs_.name.Display();
     names_.reserve(n);
-    for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(attrs_.name.Display(), i, n));
-    unit_name_ = attrs_.name.Display();
+    for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(display_name_, i, n));
     tickets_ = std::make_unique<CacheTicket[]>(n);
   }
 
@@ -123,11 +121,12 @@ class AllreduceOp : public AsyncOpKernel {
     // tensor.
     const bool unit = !kOnGpu && n > 1;
     std::vector<Entry> entries(unit ? 1 : n, Entry());
+    if (!CheckInitialized(ctx, display_name_)) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       DataType dtype;
-      if (!CheckCommon<kOnGpu>(ctx, names_[i], input, &dtype)) return done();
+      if (!CheckDtype<kOnGpu>(ctx, names_[i], input, &dtype)) return done();
       bytes += input.TotalBytes();
       if (unit) continue;
       Entry& e = entries[i];
@@ -138,7 +137,7 @@ class AllreduceOp : public AsyncOpKernel {
     }
     for (size_t i = 0; i < entries.size(); ++i) {
       Entry& e = entries[i];
-      if (unit) e.request.name = unit_name_;
+      if (unit) e.request.name = display_name_;
       // A ticket serves one name (entry.h): an unnamed eager call is named when queued.
       if (!attrs_.name.unnamed()) e.cache_ticket = &tickets_[i];
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
@@ -163,8 +162,8 @@ class AllreduceOp : public AsyncOpKernel {
 
  private:
   const ReduceAttrs attrs_;
+  std::string display_name_;        // the op's, as messages say it; a grouped op's unit's
   std::vector<std::string> names_;  // each tensor's
-  std::string unit_name_;           // a grouped op's unit's (PackUnit): the op's name
   // Where each tensor sat in the response cache last time (entry.h); lives with the kernel.
   std::unique_ptr<CacheTicket[]> tickets_;
 };

@@ -32,14 +32,19 @@ using tensorflow::Tensor;
   } while (0)
 
 // Checks shared by every collective kernel; false (with the context failed) on error.
+// Whether tfring has been initialized (checked once per op: it takes the runtime's lock).
+inline bool CheckInitialized(OpKernelContext* ctx, const std::string& name) {
+  if (GlobalRuntime::Get().initialized()) return true;
+  ctx->SetStatus(absl::FailedPreconditionError(
+      "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
+  return false;
+}
+
+// Whether tensor `t` (called `name`) has a dtype tfring carries where it lives; its tfring
+// dtype in *dtype.
 template <bool kOnGpu>
-bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
-                 DataType* dtype) {
-  if (!GlobalRuntime::Get().initialized()) {
-    ctx->SetStatus(absl::FailedPreconditionError(
-        "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
-    return false;
-  }
+bool CheckDtype(OpKernelContext* ctx, const std::string& name, const Tensor& t,
+                DataType* dtype) {
   if (!FromTfDataType(t.dtype(), dtype)) {
     ctx->SetStatus(absl::InvalidArgumentError("tfring does not support dtype " +
                                               tensorflow::DataTypeString(t.dtype()) +
@@ -54,6 +59,13 @@ bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
     return false;
   }
   return true;
+}
+
+// Both, for a kernel's one tensor.
+template <bool kOnGpu>
+bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
+                 DataType* dtype) {
+  return CheckInitialized(ctx, name) && CheckDtype<kOnGpu>(ctx, name, t, dtype);
 }
 
 // Hands `entries` (their done callbacks set) to the runtime, together. A kernel on a GPU

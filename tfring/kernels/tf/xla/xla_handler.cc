@@ -3,17 +3,21 @@
 // are done.
 //
 // XLA's buffers are reduced where they lie: the inputs are the call's operands, the outputs
-// its results (which XLA may alias to the operands: then the reduction is in place). The
+// its results (which XLA may alias to the operands: then the reduction is in place); a
+// grouped allreduce's tensors are packed into one unit first (RunAsUnit). The
 // entries are marked eager, so the calling thread runs the cycles itself (coordinator.h)
 // instead of waiting for a burst of graph ops that will not come: XLA runs the call alone,
 // and the step's tensors arrive together only when the lowering groups them in one call.
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tfring/kernels/core/buffer_layout.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 #include "tfring/kernels/tf/xla/xla_call.h"
@@ -98,9 +102,46 @@ ffi::Error Read(const ffi::Dictionary& attrs, const char* name, Out* out) {
     if (error_.failure()) return error_;       \
   } while (0)
 
+// A grouped allreduce travels as one unit (Signature::parts), as the TF kernel's does
+// (PackUnit in kernels.cc), so that the call takes the runtime one entry, under the op's
+// name, however it ran: packed into a buffer of the call's own, reduced there, and copied
+// out into XLA's results (as a fused group's tensors leave a fusion buffer).
+ffi::Error RunAsUnit(std::vector<Entry> tensors, std::string name) {
+  Entry unit;
+  unit.request = tensors[0].request;  // what the call's tensors share
+  unit.request.name = std::move(name);
+  unit.request.parts.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    unit.request.parts[i] = {tensors[i].request.dtype, tensors[i].request.shape};
+  }
+  DescribeUnit(&unit.request);
+  const Packed packed = PlanParts(unit.request.parts);
+  std::unique_ptr<char[]> buffer(new char[packed.total_bytes + 1]);  // +1: never null
+  std::vector<const void*> inputs;
+  for (const Entry& e : tensors) inputs.push_back(e.input);
+  PackInto(packed, inputs, buffer.get());
+  unit.input = buffer.get();
+  unit.output = buffer.get();
+  unit.eager = true;
+  std::vector<Entry> one;
+  one.push_back(std::move(unit));
+  TFRING_RETURN_IF_FFI_ERROR(xla_call::SubmitAndWait(std::move(one)));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (packed.bytes[i] > 0) {
+      std::memcpy(tensors[i].output, buffer.get() + packed.offsets[i], packed.bytes[i]);
+    }
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error RunOnHost(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
   std::vector<Entry> entries;
   TFRING_RETURN_IF_FFI_ERROR(xla_call::MakeEntries(args, rets, attrs, &entries));
+  if (entries.size() > 1 && entries[0].request.kind == CollectiveKind::kAllreduce) {
+    std::string_view name;
+    TFRING_RETURN_IF_FFI_ERROR(Read<std::string_view>(attrs, "name", &name));
+    return RunAsUnit(std::move(entries), std::string(name));
+  }
   return xla_call::SubmitAndWait(std::move(entries));
 }
 
