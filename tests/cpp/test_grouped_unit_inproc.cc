@@ -167,24 +167,31 @@ TFRING_TEST(GroupedUnit, FusedWithOtherTensorsAndScaled) {
   });
 }
 
+// This rank's tfring.join, waited for.
+Status Join(Coordinator* c) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> joined = done->get_future();
+  auto last = std::make_shared<int32_t>(-1);  // the last rank to join; alive until `done`
+  Entry e;
+  e.request.name = "tfring.join";
+  e.request.kind = CollectiveKind::kJoin;
+  e.request.dtype = DataType::kInt32;
+  e.request.cacheable = false;
+  e.output = last.get();
+  e.done = [done, last](const Status& s) { done->set_value(s); };
+  c->Enqueue(std::move(e));
+  if (joined.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return Status::Internal("the join did not complete in 10 s");
+  }
+  return joined.get();
+}
+
 TFRING_TEST(GroupedUnit, AJoinedRankStandsInWithEachDtypesIdentity) {
   InprocJob job(3, TestOptions());
   job.OnEveryRank([&](int rank) {
     Coordinator* c = job.rank(rank);
-    if (rank == 2) {
-      auto done = std::make_shared<std::promise<Status>>();
-      std::future<Status> joined = done->get_future();
-      int32_t last = -1;
-      Entry e;
-      e.request.name = "tfring.join";
-      e.request.kind = CollectiveKind::kJoin;
-      e.request.dtype = DataType::kInt32;
-      e.request.cacheable = false;
-      e.output = &last;
-      e.done = [done](const Status& s) { done->set_value(s); };
-      c->Enqueue(std::move(e));
-      ASSERT_TRUE(joined.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-      ASSERT_TRUE(joined.get().ok());
+    if (rank == 2) {  // out of data at once
+      ASSERT_TRUE(Join(c).ok());
       return;
     }
     // Ranks 0 and 1 reduce; rank 2 contributes each part's identity in its own dtype.
@@ -192,19 +199,7 @@ TFRING_TEST(GroupedUnit, AJoinedRankStandsInWithEachDtypesIdentity) {
       ExpectReduced(SubmitUnit(c, std::string("j.") + ReduceOpName(op), Mixed(), op, rank, 7),
                     op, 2, 7);
     }
-    Entry e;  // this rank's join, so that rank 2's completes
-    auto done = std::make_shared<std::promise<Status>>();
-    std::future<Status> joined = done->get_future();
-    int32_t last = -1;
-    e.request.name = "tfring.join";
-    e.request.kind = CollectiveKind::kJoin;
-    e.request.dtype = DataType::kInt32;
-    e.request.cacheable = false;
-    e.output = &last;
-    e.done = [done](const Status& s) { done->set_value(s); };
-    c->Enqueue(std::move(e));
-    ASSERT_TRUE(joined.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-    EXPECT_TRUE(joined.get().ok());
+    EXPECT_TRUE(Join(c).ok());  // this rank's join, so that rank 2's completes
   });
 }
 

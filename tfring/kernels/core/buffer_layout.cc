@@ -37,9 +37,11 @@ Packed PlanParts(const std::vector<TensorPart>& parts) {
   return p;
 }
 
-void DescribeUnit(Signature* s) {
+Packed DescribeUnit(Signature* s) {
+  Packed plan = PlanParts(s->parts);
   s->dtype = MixedParts(*s) ? DataType::kUInt8 : s->parts[0].dtype;
-  s->shape = {PlanParts(s->parts).total_bytes / static_cast<int64_t>(DataTypeSize(s->dtype))};
+  s->shape = {plan.total_bytes / static_cast<int64_t>(DataTypeSize(s->dtype))};
+  return plan;
 }
 
 void PackInto(const Packed& packed, const std::vector<const void*>& inputs, char* buffer) {

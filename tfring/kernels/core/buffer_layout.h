@@ -35,8 +35,8 @@ Packed PlanPackedBytes(std::vector<int64_t> bytes, int64_t alignment);
 // rounded up to one too, so that the buffer is a whole number of elements of any dtype.
 Packed PlanParts(const std::vector<TensorPart>& parts);
 // Makes `s` the unit of its `parts` (at least one): `dtype` their common one, or kUInt8
-// when they differ, and `shape` the buffer's elements of it.
-void DescribeUnit(Signature* s);
+// when they differ, and `shape` the buffer's elements of it. Returns the buffer's plan.
+Packed DescribeUnit(Signature* s);
 // Copies tensor i's packed.bytes[i] bytes from inputs[i] to buffer + packed.offsets[i], and
 // zeroes the rest of the buffer's packed.total_bytes (the gaps are zeros on every rank).
 void PackInto(const Packed& packed, const std::vector<const void*>& inputs, char* buffer);

@@ -80,8 +80,7 @@ absl::Status PackUnit(OpKernelContext* ctx, Entry* unit) {
     FromTfDataType(ctx->input(i).dtype(), &request.parts[i].dtype);
     request.parts[i].shape = ShapeOf(ctx->input(i));
   }
-  DescribeUnit(&request);
-  const Packed packed = PlanParts(request.parts);
+  const Packed packed = DescribeUnit(&request);
   Tensor region;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT8,
                                         tensorflow::TensorShape({packed.total_bytes}), &region));

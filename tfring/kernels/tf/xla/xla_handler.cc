@@ -114,8 +114,7 @@ ffi::Error RunAsUnit(std::vector<Entry> tensors, std::string name) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     unit.request.parts[i] = {tensors[i].request.dtype, tensors[i].request.shape};
   }
-  DescribeUnit(&unit.request);
-  const Packed packed = PlanParts(unit.request.parts);
+  const Packed packed = DescribeUnit(&unit.request);
   std::unique_ptr<char[]> buffer(new char[packed.total_bytes + 1]);  // +1: never null
   std::vector<const void*> inputs;
   for (const Entry& e : tensors) inputs.push_back(e.input);
