@@ -85,12 +85,17 @@ def raw_sweep(max_bytes):
 
 
 def raw_step_fns(n, kib):
-    """Raw MPI for a step of n tensors of k KiB: n separate calls, and one packed call; and
-    the receive buffers to check."""
+    """Raw MPI for a step of n tensors of k KiB: n separate calls; one packed call on a
+    buffer packed beforehand; and the same call with the packing, the n separate arrays
+    gathered into the (reused) send buffer first, as a program whose tensors live apart must
+    do (the results are then views of the receive buffer: no copy out). And the receive
+    buffers to check."""
     sends = [np.full(kib * 256, comm.rank + 1, dtype=np.float32) for _ in range(n)]
     recvs = [np.empty_like(s) for s in sends]
     packed_send = np.concatenate(sends)
     packed_recv = np.empty_like(packed_send)
+    packing_send = np.empty_like(packed_send)
+    packing_recv = np.empty_like(packed_send)
 
     def separate():
         for s, r in zip(sends, recvs):
@@ -99,7 +104,12 @@ def raw_step_fns(n, kib):
     def packed():
         comm.Allreduce(packed_send, packed_recv, op=MPI.SUM)
 
-    return {"mpi_separate": separate, "mpi_packed": packed}, recvs + [packed_recv]
+    def packing():
+        np.concatenate(sends, out=packing_send)
+        comm.Allreduce(packing_send, packing_recv, op=MPI.SUM)
+
+    return ({"mpi_separate": separate, "mpi_packed": packed, "mpi_packing": packing},
+            recvs + [packed_recv, packing_recv])
 
 
 def step_iterations(n):

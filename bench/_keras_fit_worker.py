@@ -4,6 +4,8 @@
     mpirun -np 2 python _keras_fit_worker.py tfring ...     # tfring.keras, N ranks
     mpirun -np 2 python _keras_fit_worker.py floor ...      # the same, allreduces replaced
                                                             # by the async floor op
+    mpirun -np 2 python _keras_fit_worker.py floor-mpi ...  # the floor, and after each step
+                                                            # raw MPI's transfer of the step
     TF_CONFIG=... TF_USE_LEGACY_KERAS=1 python _keras_fit_worker.py mwms ...  # TF's own
 
 Prints one JSON line (rank 0 / chief only): samples/s in total over all processes, the step
@@ -75,6 +77,24 @@ class StepTimer:
         return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def raw_transfer_callback(keras, np, model):
+    """After each step, what any allreduce of the step's gradients must move, done by raw MPI
+    (mpi4py in the ranks' processes, tfring's MPI settings): one allreduce of all gradients
+    packed (float32 Sum, reused buffers), and before it a 4-byte one, the agreement of the
+    ranks that the tensors are ready (tfring's cycle makes one). Added to the async floor, it
+    is the step's cost without tfring's runtime: TensorFlow's and the transport's."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    count = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    send, recv = np.ones(count, np.float32), np.empty(count, np.float32)
+    ready, agreed = np.ones(1, np.int32), np.empty(1, np.int32)
+
+    def transfer(batch, logs=None):
+        comm.Allreduce(ready, agreed, op=MPI.BAND)
+        comm.Allreduce(send, recv, op=MPI.SUM)
+    return keras.callbacks.LambdaCallback(on_train_batch_end=transfer)
+
+
 def make_data(np, shape, n, seed):
     rng = np.random.default_rng(seed)
     return (rng.normal(size=(n,) + shape).astype(np.float32),
@@ -86,17 +106,26 @@ def run(args):
     import tensorflow as tf
 
     workers, rank = 1, 0
-    if args.mode in ("tfring", "floor"):
+    ranked = args.mode in ("tfring", "floor", "floor-mpi")
+    if ranked:
         import tfring.keras as hvd
         hvd.init()
         workers, rank = hvd.size(), hvd.rank()
-    if args.mode == "floor":
+    if args.mode in ("floor", "floor-mpi"):
         # tfring's optimizer and callbacks, each gradient's allreduce replaced by the async
         # floor op (tfring/kernels/tf/async_floor.cc): TensorFlow's cost of the step's async
         # ops, with no communication and no runtime. Weights then differ between ranks.
+        # With raw MPI after the step, the ops complete as tfring's do: a step's burst
+        # together, from a background thread (TfringAsyncBurstFloor).
         from tfring import _gradients, _library
-        floor = _library.ops().tfring_async_floor
-        _gradients.allreduce_gradients = lambda grads, variables, **kw: [floor(g) for g in grads]
+        ops = _library.ops()
+        if args.mode == "floor":
+            _gradients.allreduce_gradients = (
+                lambda grads, variables, **kw: [ops.tfring_async_floor(g) for g in grads])
+        else:
+            _gradients.allreduce_gradients = (
+                lambda grads, variables, **kw: [ops.tfring_async_burst_floor(g, burst=len(grads))
+                                                for g in grads])
     if args.mode == "mwms":
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         workers = strategy.num_replicas_in_sync
@@ -112,7 +141,7 @@ def run(args):
     with scope:
         model, shape = build_model(keras, args.model)
         optimizer = keras.optimizers.SGD(0.01)
-        if args.mode in ("tfring", "floor"):
+        if ranked:
             optimizer = hvd.DistributedOptimizer(optimizer)
         # XLA as asked: Keras 3's "auto" leaves it off on a CPU; tf_keras (MWMS) stays as is.
         jit = {} if args.mode == "mwms" else {"jit_compile": args.jit_compile}
@@ -123,8 +152,10 @@ def run(args):
     callback = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs=None: timer.on_batch_end())
     callbacks = [callback]
-    if args.mode in ("tfring", "floor"):
+    if ranked:
         callbacks.insert(0, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+    if args.mode == "floor-mpi":
+        callbacks.insert(0, raw_transfer_callback(keras, np, model))
     steps = args.warmup + args.steps
     x, y = make_data(np, shape, steps * args.batch, seed=rank)
     if args.mode == "mwms":
@@ -155,7 +186,7 @@ def run(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["single", "tfring", "floor", "mwms"])
+    parser.add_argument("mode", choices=["single", "tfring", "floor", "floor-mpi", "mwms"])
     parser.add_argument("--model", choices=["mlp", "cnn", "comm"], default="mlp")
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--steps", type=int, default=60, help="timed steps")

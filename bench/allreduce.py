@@ -24,10 +24,11 @@ It prints:
     bandwidth, algbw * 2(n-1)/n), and tfring's busbw as a fraction of raw MPI's;
   - one step inside a `tf.function` of n tensors of k KiB: separate unnamed ops (as a
     training step has them), separate named ops, one `grouped_allreduce`, TF's floor (the
-    same function with `tf.identity` of each), and raw MPI's n separate calls and one
-    packed call. The step's results stay in the graph (it returns one scalar that depends
-    on them), as a training step's gradients do: returning 1000 tensors to Python costs
-    more than the collectives;
+    same function with `tf.identity` of each), and raw MPI's n separate calls, one call on
+    a buffer packed beforehand, and the same call with the packing (the n arrays gathered
+    into one buffer first, as tfring's grouped op must gather the tensors). The step's
+    results stay in the graph (it returns one scalar that depends on them), as a training
+    step's gradients do: returning 1000 tensors to Python costs more than the collectives;
   - how the step scales with the number of tensors (10, 100, 1000 of 4 KiB): a line fitted
     through the three step times gives a fixed cost per step and a cost per tensor;
   - where the time of one call goes (the last job, with rank 0's timeline on): a 4 B eager
@@ -152,10 +153,15 @@ def print_steps(raw, ring):
         n, kib = key.split("x")
         rows.append([f"{n} x {kib} KiB"] + [f"{t * 1e3:.3f}" for t in (
             row["unnamed"], row["named"], row["grouped"], row["tf_floor"], row["mpi_separate"],
-            row["mpi_packed"], defaults[key]["mpi_separate"], defaults[key]["mpi_packed"])] +
-            [row["wrong"] + defaults[key]["wrong"]])
+            row["mpi_packed"], row["mpi_packing"], defaults[key]["mpi_separate"],
+            defaults[key]["mpi_packed"])] +
+            [f"{row['grouped'] / (row['mpi_packed'] + row['tf_floor']):.2f}",
+             f"{row['grouped'] / (row['mpi_packing'] + row['tf_floor']):.2f}",
+             row["wrong"] + defaults[key]["wrong"]])
     table(["step", "unnamed ops", "named ops", "grouped", "TF floor", "MPI separate beside",
-           "MPI packed beside", "MPI separate defaults", "MPI packed defaults", "#wrong"], rows)
+           "MPI packed beside", "MPI packing + packed beside", "MPI separate defaults",
+           "MPI packed defaults", "grouped / (packed + floor)",
+           "grouped / (packing + packed + floor)", "#wrong"], rows)
     scaling = [k for k in ring["tfring_steps"] if k.endswith("x4")]
     if len(scaling) < 2:
         return

@@ -12,8 +12,11 @@ keeps the ordering and gets a warning instead of an error.
 
 import logging
 
+# With the benchmarks' floor ops (tfring/kernels/tf/async_floor.cc), which stand in for
+# allreduces and must be scheduled as they are.
 UNORDERED_OP_TYPES = frozenset(
-    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast"))
+    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast",
+     "TfringAsyncFloor", "TfringAsyncBurstFloor"))
 
 
 def allow_unordered_collectives():

@@ -11,6 +11,21 @@
 // thread, one `done` at a time as ops arrived, cost the "comm" model's step 5.1 ms against
 // tfring's 3.7 (docs/benchmarks.md): each completion woke that thread and then one of
 // TensorFlow's, where tfring's runtime completes a burst of ops in one go.
+//
+// TfringAsyncBurstFloor completes as tfring's runtime does: its ops wait until `burst` of
+// them have come (a step's gradients), and a background thread, under SCHED_BATCH as
+// tfring's is, then completes them all in one go. What it costs above TfringAsyncFloor is
+// TensorFlow's cost of having its ops completed from another thread (their `done` work,
+// the wake-ups), with still no communication and none of tfring's bookkeeping.
+#include <sched.h>
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -28,6 +43,67 @@ class AsyncFloorOp : public tensorflow::AsyncOpKernel {
   }
 };
 
+// The ops waiting for their burst, and the thread that completes a full one.
+class BurstCompleter {
+ public:
+  static BurstCompleter& Get() {
+    static BurstCompleter* completer = new BurstCompleter();  // lives as long as the process
+    return *completer;
+  }
+
+  void Add(std::function<void()> done, int burst) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      waiting_.push_back(std::move(done));
+      if (static_cast<int>(waiting_.size()) < burst) return;
+      ready_.swap(waiting_);
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  BurstCompleter() {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  void Loop() {
+#ifdef __linux__
+    sched_param normal_priority{};
+    sched_setscheduler(0, SCHED_BATCH, &normal_priority);  // as tfring's runtime thread
+#endif
+    std::vector<std::function<void()>> burst;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return !ready_.empty(); });
+        burst.swap(ready_);
+      }
+      for (auto& done : burst) done();
+      burst.clear();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::function<void()>> waiting_;
+  std::vector<std::function<void()>> ready_;
+};
+
+class AsyncBurstFloorOp : public tensorflow::AsyncOpKernel {
+ public:
+  explicit AsyncBurstFloorOp(tensorflow::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("burst", &burst_));
+  }
+
+  void ComputeAsync(tensorflow::OpKernelContext* ctx, DoneCallback done) override {
+    ctx->set_output(0, ctx->input(0));
+    BurstCompleter::Get().Add(std::move(done), burst_);
+  }
+
+ private:
+  int burst_ = 1;
+};
+
 REGISTER_OP("TfringAsyncFloor")
     .Attr("T: type")
     .Input("tensor: T")
@@ -38,6 +114,19 @@ REGISTER_OP("TfringAsyncFloor")
          "once, without tfring's runtime.");
 
 REGISTER_KERNEL_BUILDER(Name("TfringAsyncFloor").Device(tensorflow::DEVICE_CPU), AsyncFloorOp);
+
+REGISTER_OP("TfringAsyncBurstFloor")
+    .Attr("T: type")
+    .Attr("burst: int >= 1")
+    .Input("tensor: T")
+    .Output("same: T")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("For benchmarks: passes its input through as an asynchronous op, completed from a "
+         "background thread once `burst` such ops are waiting, without tfring's runtime.");
+
+REGISTER_KERNEL_BUILDER(Name("TfringAsyncBurstFloor").Device(tensorflow::DEVICE_CPU),
+                        AsyncBurstFloorOp);
 
 }  // namespace
 }  // namespace tfring
