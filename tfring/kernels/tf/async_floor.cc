@@ -56,7 +56,9 @@ class BurstCompleter {
       std::lock_guard<std::mutex> lock(mutex_);
       waiting_.push_back(std::move(done));
       if (static_cast<int>(waiting_.size()) < burst) return;
-      ready_.swap(waiting_);
+      // Appended, not swapped: a burst the thread has not taken yet stays whole.
+      for (auto& d : waiting_) ready_.push_back(std::move(d));
+      waiting_.clear();
     }
     wake_.notify_one();
   }
