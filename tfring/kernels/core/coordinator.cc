@@ -177,6 +177,7 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
     fresh.swap(queue_);
     queued_.store(0, std::memory_order_relaxed);
   }
+  PrefetchSlots(fresh);
   for (std::vector<Entry>& op : fresh) {
     for (Entry& e : op) {
       *progress = true;
@@ -247,11 +248,32 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
   timeline_.Phase(placed->first, "NEGOTIATE");
 }
 
+void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const {
+  const auto each_ticket = [&](auto fn) {
+    for (const std::vector<Entry>& op : ops) {
+      for (const Entry& e : op) {
+        if (e.cache_ticket != nullptr) fn(e.cache_ticket);
+      }
+    }
+  };
+  each_ticket([](const CacheTicket* t) { __builtin_prefetch(t); });
+  // Each pass reads what the one before asked for.
+  const auto slot_of = [](const CacheTicket* t) {
+    return CacheTicket::SlotOf(t->value.load(std::memory_order_relaxed));
+  };
+  each_ticket([&](const CacheTicket* t) {
+    const int slot = slot_of(t);
+    cache_.Prefetch(slot, /*deep=*/false);
+    pending_.PrefetchSlot(slot);
+  });
+  each_ticket([&](const CacheTicket* t) { cache_.Prefetch(slot_of(t), /*deep=*/true); });
+}
+
 int Coordinator::NamedSlot(const Entry& e) const {
   if (e.cache_ticket != nullptr) {
     const uint64_t ticket = e.cache_ticket->value.load(std::memory_order_relaxed);
-    const int slot = static_cast<int>(ticket & 0xffffffffu) - 1;
-    const uint32_t generation = static_cast<uint32_t>(ticket >> 32);
+    const int slot = CacheTicket::SlotOf(ticket);
+    const uint32_t generation = CacheTicket::GenerationOf(ticket);
     // Unchanged since it was issued for this name (a ticket serves one name: entry.h), so
     // it still holds this name: no compare of names, whose strings are cold in the CPU's
     // caches after a step's copies (docs/benchmarks-allreduce.md).
@@ -267,8 +289,7 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_na
     // The slot is this name's (found by name, or by a ticket of this name): compare the rest.
     if (named_slot >= 0 && cache_.signature(named_slot).SameButName(q)) {
       if (e->cache_ticket != nullptr) {
-        const uint64_t ticket =
-            uint64_t{cache_.generation(named_slot)} << 32 | static_cast<uint32_t>(named_slot + 1);
+        const uint64_t ticket = CacheTicket::Make(named_slot, cache_.generation(named_slot));
         if (e->cache_ticket->value.load(std::memory_order_relaxed) != ticket) {
           e->cache_ticket->value.store(ticket, std::memory_order_relaxed);
         }

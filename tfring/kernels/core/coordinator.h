@@ -218,6 +218,12 @@ class Coordinator {
   // The cache slot of a named entry's name (-1: none): where its kernel's ticket says, while
   // that slot is unchanged, else looked up by name.
   int NamedSlot(const Entry& e) const;
+  // In steady state, taking an entry is a few loads of memory that the step's computation
+  // has pushed out of the CPU's caches: its kernel's ticket, its cache slot and the slot's
+  // shape, and where PendingEntries puts it. One after another, each was a full miss (tens
+  // of microseconds a step for 122 tensors, docs/benchmarks.md); asked for together before
+  // the entries are taken, they overlap.
+  void PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const;
   // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
   // (for a named entry). An unnamed call waiting on its call site's slot takes the site's
   // name, and *unnamed_name is then its own.

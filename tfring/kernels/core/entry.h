@@ -26,6 +26,12 @@ constexpr int kHostMemory = -1;
 // call (an unnamed eager op, named when queued) must not pass one.
 struct CacheTicket {
   std::atomic<uint64_t> value{0};  // generation << 32 | (slot + 1); 0: none yet
+
+  static uint64_t Make(int slot, uint32_t generation) {
+    return uint64_t{generation} << 32 | static_cast<uint32_t>(slot + 1);
+  }
+  static int SlotOf(uint64_t ticket) { return static_cast<int>(ticket & 0xffffffffu) - 1; }
+  static uint32_t GenerationOf(uint64_t ticket) { return static_cast<uint32_t>(ticket >> 32); }
 };
 
 struct Entry {

@@ -60,6 +60,15 @@ class PendingEntries {
     return slot < static_cast<int>(by_slot_.size()) && by_slot_[slot] ? &*by_slot_[slot]
                                                                        : nullptr;
   }
+  // Asks the CPU to load, for writing, where PlaceAtSlot would put an entry on `slot` (any
+  // int: outside the slots made so far, nothing).
+  void PrefetchSlot(int slot) const {
+    if (slot < 0 || slot >= static_cast<int>(by_slot_.size())) return;
+    const char* line = reinterpret_cast<const char*>(&by_slot_[slot]);
+    for (size_t at = 0; at < sizeof(by_slot_[slot]); at += 64) {
+      __builtin_prefetch(line + at, /*rw=*/1);
+    }
+  }
   // Makes a waiting entry on `slot`, which holds none.
   Pending& PlaceAtSlot(int slot, Entry&& e, SteadyClock::time_point now,
                        std::string unnamed_name) {

@@ -12,6 +12,19 @@ int ResponseCache::Find(const std::string& name) const {
   return it == by_name_.end() ? -1 : it->second;
 }
 
+void ResponseCache::Prefetch(int slot, bool deep) const {
+  if (slot < 0 || slot >= num_bits()) return;
+  const Slot& s = slots_[slot];
+  if (deep) {
+    if (!s.signature.shape.empty()) __builtin_prefetch(s.signature.shape.data());
+    return;
+  }
+  // From `used` to the signature's last compared field (the request's splits).
+  const char* line = reinterpret_cast<const char*>(&s);
+  const char* end = reinterpret_cast<const char*>(&s.signature.call_site);
+  for (; line < end; line += 64) __builtin_prefetch(line);
+}
+
 int ResponseCache::Put(const Response& response, const Request& signature) {
   if (capacity_ <= 0) return -1;
   const auto known = by_name_.find(response.name);

@@ -39,6 +39,10 @@ class ResponseCache {
            slots_[slot].generation == generation;
   }
   bool used(int slot) const { return slots_[slot].used; }
+  // Asks the CPU to load what Holds and signature(slot).SameButName read of `slot` (any int:
+  // out of range, nothing), without waiting for it. `deep`: also the signature's shape,
+  // which needs the slot itself loaded first to find it (so a second pass, PrefetchTickets).
+  void Prefetch(int slot, bool deep) const;
   const Request& signature(int slot) const { return slots_[slot].signature; }
   // Stays where it is until its slot is erased (Put adds slots without moving any): a
   // cycle executes cached responses by pointer while its negotiation adds more.

@@ -40,8 +40,8 @@ bool FromTfDataType(tensorflow::DataType tf_dtype, DataType* dtype) {
 }
 
 Shape ShapeOf(const tensorflow::Tensor& tensor) {
-  Shape shape;
-  for (int d = 0; d < tensor.dims(); ++d) shape.push_back(tensor.dim_size(d));
+  Shape shape(tensor.dims());  // one allocation, not one per doubling
+  for (int d = 0; d < tensor.dims(); ++d) shape[d] = tensor.dim_size(d);
   return shape;
 }
 
@@ -64,50 +64,61 @@ KernelCompletion::KernelCompletion(tensorflow::OpKernelContext* context,
     : context_(context),
       done_(std::move(done)),
       remaining_(pending),
+      refs_(pending + 1),
       waiter_(wait_inline ? kWaiting : kNoWaiter) {}
 
-std::shared_ptr<KernelCompletion> KernelCompletion::Create(
-    tensorflow::OpKernelContext* context, tensorflow::AsyncOpKernel::DoneCallback done,
-    int pending, bool wait_inline) {
-  return std::make_shared<KernelCompletion>(context, std::move(done), pending, wait_inline);
+KernelCompletion* KernelCompletion::Create(tensorflow::OpKernelContext* context,
+                                           tensorflow::AsyncOpKernel::DoneCallback done,
+                                           int pending, bool wait_inline) {
+  return new KernelCompletion(context, std::move(done), pending, wait_inline);
 }
 
-std::function<void(const Status&)> KernelCompletion::EntryCallback(
-    std::shared_ptr<KernelCompletion> self) {
-  return [self](const Status& s) { self->EntryDone(s); };
+std::function<void(const Status&)> KernelCompletion::EntryCallback() {
+  return [this](const Status& s) { EntryDone(s); };
+}
+
+void KernelCompletion::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
 void KernelCompletion::EntryDone(const Status& s) {
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (first_error_.ok()) first_error_ = s;
+    failed_.store(true, std::memory_order_release);
   }
-  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  int expected = kWaiting;
-  if (waiter_.compare_exchange_strong(expected, kHandedToWaiter, std::memory_order_acq_rel)) {
-    return;  // the kernel's thread is waiting and completes it
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    int expected = kWaiting;
+    // Unless the kernel's thread is waiting, and completes it.
+    if (!waiter_.compare_exchange_strong(expected, kHandedToWaiter,
+                                         std::memory_order_acq_rel)) {
+      Complete();
+    }
   }
-  Complete();
+  Unref();
 }
 
-void KernelCompletion::WaitInline() {
-  if (waiter_.load(std::memory_order_acquire) == kNoWaiter) return;
-  const auto deadline = std::chrono::steady_clock::now() + kInlineWait;
-  while (waiter_.load(std::memory_order_acquire) != kHandedToWaiter &&
-         std::chrono::steady_clock::now() < deadline) {
-    sched_yield();
+void KernelCompletion::WaitInlineAndRelease() {
+  if (waiter_.load(std::memory_order_acquire) != kNoWaiter) {
+    const auto deadline = std::chrono::steady_clock::now() + kInlineWait;
+    while (waiter_.load(std::memory_order_acquire) != kHandedToWaiter &&
+           std::chrono::steady_clock::now() < deadline) {
+      sched_yield();
+    }
+    int expected = kWaiting;
+    // Unless too slow: then the background thread completes it.
+    if (!waiter_.compare_exchange_strong(expected, kWaiterGaveUp, std::memory_order_acq_rel)) {
+      Complete();  // handed to us
+    }
   }
-  int expected = kWaiting;
-  if (waiter_.compare_exchange_strong(expected, kWaiterGaveUp, std::memory_order_acq_rel)) {
-    return;  // too slow: the background thread completes it
-  }
-  Complete();  // handed to us
+  Unref();
 }
 
 void KernelCompletion::Complete() {
-  {
+  // Every entry is done (the last one's fetch_sub ordered their errors before this).
+  if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!first_error_.ok()) context_->SetStatus(ToTfStatus(first_error_));
+    context_->SetStatus(ToTfStatus(first_error_));
   }
   done_();
 }

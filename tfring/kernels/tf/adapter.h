@@ -26,37 +26,44 @@ void* MutableDataOf(tensorflow::Tensor* tensor);
 //
 // An eager op's caller blocks until the kernel is done, and waking a blocked thread costs
 // tens of microseconds, more than a small collective. So for small eager ops (see
-// kInlineWaitMaxBytes) WaitInline lets the
-// calling thread wait (yielding) for a short while and complete the kernel itself; if the
-// runtime is slower, the background thread completes it as usual. Exactly one of the two
-// calls `done`.
+// kInlineWaitMaxBytes) WaitInlineAndRelease lets the calling thread wait (yielding) for a
+// short while and complete the kernel itself; if the runtime is slower, the background
+// thread completes it as usual. Exactly one of the two calls `done`.
+//
+// It counts its own references (each pending entry, and the kernel's thread until
+// WaitInlineAndRelease) and deletes itself after the last: so each entry's callback holds a
+// plain pointer, which std::function keeps without allocating. A graph step makes one of
+// these per gradient, and the allocations (freed on another thread) were a measurable share
+// of tfring's cost per step (docs/benchmarks.md).
 class KernelCompletion {
  public:
   // Larger ops gain nothing from waiting inline, and the waiting thread would take CPU
   // time from the transfer when ranks are bound to one core each.
   static constexpr int64_t kInlineWaitMaxBytes = 64 * 1024;
 
-  static std::shared_ptr<KernelCompletion> Create(tensorflow::OpKernelContext* context,
-                                                  tensorflow::AsyncOpKernel::DoneCallback done,
-                                                  int pending, bool wait_inline);
+  static KernelCompletion* Create(tensorflow::OpKernelContext* context,
+                                  tensorflow::AsyncOpKernel::DoneCallback done, int pending,
+                                  bool wait_inline);
   // The callback for each Entry::done (call once per pending entry).
-  static std::function<void(const Status&)> EntryCallback(std::shared_ptr<KernelCompletion> self);
-  // Called on the kernel's thread after every entry is queued; returns at once unless the
-  // completion was created with wait_inline.
-  void WaitInline();
-
-  KernelCompletion(tensorflow::OpKernelContext* context,
-                   tensorflow::AsyncOpKernel::DoneCallback done, int pending, bool wait_inline);
+  std::function<void(const Status&)> EntryCallback();
+  // Called once on the kernel's thread after every entry is queued: waits first if the
+  // completion was created with wait_inline. The completion may be gone when it returns.
+  void WaitInlineAndRelease();
 
  private:
   enum : int { kNoWaiter, kWaiting, kHandedToWaiter, kWaiterGaveUp };
+  KernelCompletion(tensorflow::OpKernelContext* context,
+                   tensorflow::AsyncOpKernel::DoneCallback done, int pending, bool wait_inline);
   void EntryDone(const Status& status);
   void Complete();
+  void Unref();
 
   tensorflow::OpKernelContext* const context_;
   const tensorflow::AsyncOpKernel::DoneCallback done_;
-  std::atomic<int> remaining_;
+  std::atomic<int> remaining_;  // entries not done yet
+  std::atomic<int> refs_;       // remaining_ + 1 until the kernel's thread lets go
   std::atomic<int> waiter_;
+  std::atomic<bool> failed_{false};  // first_error_ is set: read without the lock
   std::mutex mutex_;
   Status first_error_;
 };

@@ -116,10 +116,10 @@ class AllreduceOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
     if (n == 0) return done();
-    // Copies of one entry: one clock read for the op's start (Entry::created), not one per
-    // tensor.
+    // Made in place: each reads the clock (Entry::created), cheaper than copying one made
+    // first (three std::functions), which was a measurable share of a step's gradients.
     const bool unit = !kOnGpu && n > 1;
-    std::vector<Entry> entries(unit ? 1 : n, Entry());
+    std::vector<Entry> entries(unit ? 1 : n);
     if (!CheckInitialized(ctx, display_name_)) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
@@ -176,7 +176,7 @@ class AllgatherOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
-    std::vector<Entry> entries(n, Entry());  // one clock read (Entry::created), as above
+    std::vector<Entry> entries(n);
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);

@@ -161,15 +161,15 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
       entries[i].request.call_site = op_name.call_site;
     }
   }
-  auto completion = KernelCompletion::Create(
+  KernelCompletion* completion = KernelCompletion::Create(
       ctx, std::move(done), static_cast<int>(entries.size()),
       eager && bytes <= KernelCompletion::kInlineWaitMaxBytes);
   for (Entry& e : entries) {
     e.eager = eager;
-    e.done = KernelCompletion::EntryCallback(completion);
+    e.done = completion->EntryCallback();
   }
   Submit<kOnGpu>(ctx, std::move(entries));
-  completion->WaitInline();
+  completion->WaitInlineAndRelease();
 }
 
 template <bool kOnGpu>
