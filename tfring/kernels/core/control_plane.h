@@ -20,6 +20,11 @@ class ControlPlane {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // Whether the job is busy (set before each cycle's exchanges): this rank has ops waiting,
+  // or had some moments ago (a training loop, between its steps). A transport that may
+  // sleep while it waits for peers stays awake then, since a late answer is on a step's
+  // critical path. By default nothing.
+  virtual void SetActive(bool /*active*/) {}
   // Bitwise AND of `words` across ranks, in place. Every rank passes the same length.
   virtual Status AllreduceAnd(std::vector<uint64_t>* words) = 0;
   // Rank 0 receives every rank's `mine` in `all` (indexed by rank); others receive nothing.

@@ -8,6 +8,9 @@ namespace tfring {
 namespace {
 
 constexpr double kCachedWaitDemoteSeconds = 1.0;
+// How long after its last op the job counts as active (ControlPlane::SetActive): longer
+// than the pause between most training steps.
+constexpr auto kActiveFor = std::chrono::milliseconds(100);
 
 // Whether `rank` is in `process_set` (empty: all ranks). No allocation: runs per cache slot
 // per cycle.
@@ -372,6 +375,8 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     }
   }
   for (int slot : invalidate) bits.Invalidate(slot);
+  if (!pending_.empty()) last_work_ = now;
+  control_plane_->SetActive(now - last_work_ < kActiveFor);
   TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(bits.words()));
 
   std::vector<bool> joined(size_);

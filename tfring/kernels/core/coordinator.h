@@ -291,6 +291,7 @@ class Coordinator {
   std::atomic<int64_t> last_cycle_ns_{0};
 
   // Owned by whoever holds cycle_mutex_.
+  SteadyClock::time_point last_work_{};  // the last cycle that had entries pending
   std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from queue_
   PendingEntries pending_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order

@@ -12,9 +12,16 @@ namespace tfring {
 namespace {
 // Peers usually arrive within microseconds (every rank wakes when its own op is enqueued),
 // so poll hard at first, then yield the core, then sleep with growing pauses: a rank that
-// waits for a busy peer must not take CPU from the TensorFlow threads beside it.
+// waits for a busy peer must not take CPU from the TensorFlow threads beside it. Yielding
+// gives the core to any of them that can run, so while the job is active (SetActive) a
+// rank yields for longer: a peer that answers while this rank sleeps waits for it too (a
+// nonblocking collective progresses only while both poll), and on a Keras step whose
+// ranks finish their gradients a millisecond or two apart, those late wake-ups cost
+// 0.1-0.25 ms a step (docs/benchmarks.md). An idle job's cycles (every cycle time, out of
+// phase between ranks) still sleep early, so that it does not spin.
 constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kSpinYield = std::chrono::microseconds(300);
+constexpr auto kSpinYieldActive = std::chrono::milliseconds(20);
 constexpr auto kMaxSleep = std::chrono::microseconds(200);
 }  // namespace
 
@@ -54,7 +61,7 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
           ": a peer process has died or hung. tfring has stopped; this job cannot continue.");
     }
     if (waited < kSpin) continue;
-    if (waited < kSpinYield) {
+    if (waited < (active_ ? kSpinYieldActive : kSpinYield)) {
       sched_yield();
       continue;
     }

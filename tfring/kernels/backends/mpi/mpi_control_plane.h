@@ -1,6 +1,7 @@
 // ControlPlane over MPI: nonblocking collectives on tfring's own communicator, completed by
 // polling (a short spin, then yields, then sleeps backing off to 200 us), so that
-//  - a rank waiting for slower peers does not burn a core that TensorFlow needs, and
+//  - a rank waiting for slower peers does not burn a core that TensorFlow needs (while the
+//    job is active, it yields for longer before it sleeps: SetActive), and
 //  - a peer that stops answering is noticed: once the first cycle has completed (all ranks
 //    are up), a wait longer than TFRING_PEER_TIMEOUT_SECONDS fails with kUnavailable instead
 //    of hanging. Before that, ranks may still be importing TensorFlow, so there is no limit.
@@ -20,6 +21,7 @@ class MpiControlPlane : public ControlPlane {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  void SetActive(bool active) override { active_ = active; }
   Status AllreduceAnd(std::vector<uint64_t>* words) override;
   Status GatherToRoot(const std::string& mine, std::vector<std::string>* all) override;
   Status BroadcastFromRoot(std::string* bytes) override;
@@ -32,6 +34,7 @@ class MpiControlPlane : public ControlPlane {
   double peer_timeout_seconds_;
   bool peers_seen_ = false;  // a collective has completed: every rank is up
   bool broken_ = false;
+  bool active_ = false;
 };
 
 }  // namespace tfring
