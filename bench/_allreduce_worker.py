@@ -27,13 +27,20 @@ comm = None
 def timed(fns, iterations, warmup=3):
     """The slowest rank's median seconds of one call of each of `fns` (a dict), calls of
     the different functions interleaved, so that all of them see the same machine: on a
-    shared VM, memory bandwidth and timer noise change from minute to minute."""
+    shared VM, memory bandwidth and timer noise change from minute to minute.
+
+    Each round calls them in a new order (the same on every rank: seeded by the round), as
+    a call pays for what ran just before it: in a fixed order, the step that followed raw
+    MPI's packing of 1.6 MB took 0.3-0.5 ms longer (its caches evicted), which read as
+    unnamed ops costing that much more than named ones."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     samples = {key: [] for key in fns}
-    for _ in range(iterations):
-        for key, fn in fns.items():
+    keys = list(fns)
+    for round_ in range(iterations):
+        for key in np.random.default_rng(round_).permutation(keys):
+            fn = fns[key]
             comm.Barrier()
             start = time.perf_counter()
             fn()

@@ -34,7 +34,9 @@ It prints:
   - where the time of one call goes (the last job, with rank 0's timeline on): a 4 B eager
     allreduce named and unnamed, a 1 MiB one and a step of 100 x 16 KiB, split into
     tfring's Python, the runtime's phases (SUBMIT, NEGOTIATE, QUEUE, copies, MPI) and what
-    lies outside them (TF's dispatch, the hand-off back to TF).
+    lies outside them (TF's dispatch, the hand-off back to TF);
+  - the issue's performance aims against this run's figures, each beside what TensorFlow
+    itself costs there, so that a miss says whose cost it is (bench/_aims.py).
 Every result is checked against the exact sum (`#wrong` counts elements that differ).
 """
 
@@ -50,6 +52,8 @@ WORKER = os.path.join(HERE, "_allreduce_worker.py")
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, os.path.dirname(HERE))  # the checkout's tfringrun, without TensorFlow
 from tfringrun import launcher  # noqa: E402
+
+import _aims  # noqa: E402  (beside this file)
 
 
 # tfring's job keeps about 3,700 names in flight from step to step: each step case runs three
@@ -164,7 +168,7 @@ def print_steps(raw, ring):
            "grouped / (packing + packed + floor)", "#wrong"], rows)
     scaling = [k for k in ring["tfring_steps"] if k.endswith("x4")]
     if len(scaling) < 2:
-        return
+        return {}
     print("\n# fixed cost per step and cost per tensor: a line through the steps of 4 KiB "
           "tensors")
     steps = ring["tfring_steps"]
@@ -177,11 +181,16 @@ def print_steps(raw, ring):
         "MPI separate calls, defaults": [defaults[k]["mpi_separate"] for k in scaling],
     }
     counts = [int(k.split("x")[0]) for k in scaling]
-    rows = []
-    for what, times in series.items():
-        a, b = fit_line(list(zip(counts, times)))
-        rows.append([what, f"{a * 1e6:.0f}", f"{b * 1e6:.1f}"])
-    table(["what", "fixed us", "per tensor us"], rows)
+    lines = {what: fit_line(list(zip(counts, times))) for what, times in series.items()}
+    table(["what", "fixed us", "per tensor us"],
+          [[what, f"{a * 1e6:.0f}", f"{b * 1e6:.1f}"] for what, (a, b) in lines.items()])
+    return lines
+
+
+def print_aims(ring, lines):
+    print("\n# the aims against this run (bench/_aims.py): what TensorFlow itself costs "
+          "beside each figure, and what tfring adds above it")
+    table(_aims.HEADER, _aims.aim_rows(ring, lines))
 
 
 def print_breakdown(result):
@@ -235,8 +244,9 @@ def main():
             json.dump({"raw": raw, "tfring": ring, "raw_yield": yielding, "breakdown": parts},
                       f, indent=1)
     print_sweep(raw, ring, yielding)
-    print_steps(raw, ring)
+    lines = print_steps(raw, ring)
     print_breakdown(parts)
+    print_aims(ring, lines)
     return 0
 
 
