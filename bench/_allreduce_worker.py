@@ -211,12 +211,12 @@ STEP_CASES = [(100, 16), (10, 4), (100, 4), (1000, 4)]
 def breakdown(tf, tfring, timeline_path):
     """Where one op's time goes, for three cases: a 4 B eager allreduce named and unnamed,
     a 1 MiB eager one, and a step of 100 x 16 KiB in a tf.function. The call is timed from
-    Python; the raw op (the generated op wrapper, no tfring Python around it) and
+    Python; the raw op (TensorFlow's fast path with every attribute given, as tfring's
+    eager call ends: tfring/_eager_call.py; no tfring Python around it) and
     tf.identity beside it; rank 0's timeline (on for this job only) gives the runtime's
     phases: SUBMIT (kernel start to the cycle taking it), NEGOTIATE (until every rank has
     it: one AND when cached), QUEUE, the copies and the MPI call. Means per op, in us."""
-    from tfring import _library, timeline
-    ops = _library.ops()
+    from tfring import _eager_call, timeline
     small = tf.constant(np.full(1, comm.rank + 1, dtype=np.float32))
     big = tf.constant(np.full(1 << 18, comm.rank + 1, dtype=np.float32))
     inputs = [tf.constant(np.full(4096, comm.rank + 1, dtype=np.float32)) for _ in range(100)]
@@ -226,9 +226,7 @@ def breakdown(tf, tfring, timeline_path):
         return [tfring.allreduce(x, op=tfring.Sum) for x in inputs]
 
     def raw(tensor, name):
-        return lambda: ops.tfring_allreduce(
-            tensor, tensor_name=name, call_site="", eager=True, reduce_op=tfring.Sum,
-            prescale_factor=1.0, postscale_factor=1.0, cacheable=True)
+        return lambda: _eager_call.allreduce(tensor, tfring.Sum, 1.0, 1.0, name, "", True, ())
 
     cases = {
         "4 B named": ({"call": lambda: tfring.allreduce(small, op=tfring.Sum, name="bd.small"),

@@ -213,9 +213,9 @@ def print_breakdown(result):
     table(["case", "tensors", "call", "TF op", "tfring's Python", "raw op", "SUBMIT",
            "NEGOTIATE", "QUEUE", "copy in", "MPI", "copy out", "raw op outside the phases"],
           rows)
-    print("# tfring's Python: the call minus the raw op (its generated wrapper called "
-          "directly); outside the phases: TF's dispatch before the kernel starts and the "
-          "hand-off back to TF after the op is done")
+    print("# tfring's Python: the call minus the raw op (the op through TensorFlow's fast "
+          "path, as tfring's eager call ends); outside the phases: TF's dispatch before the "
+          "kernel starts and the hand-off back to TF after the op is done")
 
 
 def main():

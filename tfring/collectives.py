@@ -14,7 +14,7 @@ import re
 
 import tensorflow as tf
 
-from tfring import _library, _xla, adasum as _adasum, naming, runtime
+from tfring import _eager_call, _library, _xla, adasum as _adasum, naming, runtime
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 
@@ -183,15 +183,22 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
 def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, process_set):
     """allreduce's most common call, kept short: an eager tensor, no device, compression
-    or Adasum. For a small tensor the Python layer is a sizeable part of the call, so this
-    path does only what the general one would do for it."""
-    naming_ = naming.eager_naming("allreduce", name)
-    _check_dtype(tensor, _REDUCIBLE, "allreduce", naming_.display)
-    return _library.ops().tfring_allreduce(
-        tensor, reduce_op=op, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, tensor_name=naming_.tensor_name,
-        call_site=naming_.call_site, cacheable=naming_.cacheable, eager=True,
-        **process_set._op_kwargs("tfring.allreduce"))
+    or Adasum. For a small tensor the Python layer is a sizeable part of the call (each line
+    after TensorFlow's op has evicted the caches costs several times what it costs alone),
+    so this path does only what the general one would do for it, and runs the op through
+    TensorFlow's fast path directly (tfring/_eager_call.py)."""
+    if name is not None:
+        name = str(name)
+        if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
+            _check_dtype(tensor, _REDUCIBLE, "allreduce", name)
+        return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor, name, "",
+                                     True, process_set._op_ranks("tfring.allreduce"))
+    naming_ = naming.eager_naming("allreduce", None)
+    if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
+        _check_dtype(tensor, _REDUCIBLE, "allreduce", naming_.display)
+    return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor,
+                                 naming_.tensor_name, naming_.call_site, naming_.cacheable,
+                                 process_set._op_ranks("tfring.allreduce"))
 
 
 def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):

@@ -57,8 +57,13 @@ class ProcessSet:
         """The ops' `process_set` attribute as keyword arguments, after checking the set
         against the job: none for all ranks (the attribute's default; an eager op with no
         list attribute to convert is a few microseconds faster). `what` names the op."""
+        ranks = self._op_ranks(what)
+        return {"process_set": ranks} if ranks else {}
+
+    def _op_ranks(self, what):
+        """The ops' `process_set` attribute, checked as _op_kwargs says: () for all ranks."""
         if self._ranks is None:
-            return {}
+            return ()
         if runtime.is_initialized():
             size, me = runtime.size(), runtime.rank()
             if self._ranks[-1] >= size:
@@ -69,8 +74,8 @@ class ProcessSet:
                     None, None, f"{what}: rank {me} is not in the process set {self._ranks}; "
                     "only its members may run its collectives.")
             if len(self._ranks) == size:
-                return {}
-        return {"process_set": list(self._ranks)}
+                return ()
+        return list(self._ranks)
 
     def __eq__(self, other):
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
