@@ -19,7 +19,12 @@ try:  # TensorFlow's internals that its generated op wrappers use, in every 2.x 
     from tensorflow.python.eager import context as _context
     from tensorflow.python.eager import core as _core
     from tensorflow.python.framework import ops as _tf_ops
-except ImportError:  # pragma: no cover - a TensorFlow without them: the wrapper's path
+
+    _NotOkStatus, _Fallback = _core._NotOkStatusException, _core._FallbackException
+    _raise_from_not_ok_status = _tf_ops.raise_from_not_ok_status
+    if not hasattr(_context, "_context"):  # the wrappers' way to the eager context
+        raise AttributeError("tensorflow.python.eager.context._context")
+except (ImportError, AttributeError):  # pragma: no cover - then the wrapper's path
     _pywrap_tfe = None
 
 
@@ -38,9 +43,9 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
                 "prescale_factor", prescale_factor, "postscale_factor", postscale_factor,
                 "call_site", call_site, "process_set", ranks, "cacheable", cacheable,
                 "eager", True)
-        except _core._NotOkStatusException as e:  # as the generated wrapper raises it
-            _tf_ops.raise_from_not_ok_status(e, None)
-        except _core._FallbackException:
+        except _NotOkStatus as e:  # raised as the generated wrapper raises it
+            _raise_from_not_ok_status(e, None)
+        except _Fallback:
             pass  # the wrapper's slower path handles what the fast one declines
     return _library.ops().tfring_allreduce(
         tensor, reduce_op=reduce_op, prescale_factor=prescale_factor,

@@ -53,7 +53,7 @@ def test_where_the_fast_path_declines_the_wrapper_computes_the_same(monkeypatch)
     tfring.init()
 
     def decline(*args):
-        raise _eager_call._core._FallbackException("declined")
+        raise _eager_call._Fallback("declined")
 
     monkeypatch.setattr(_eager_call, "_pywrap_tfe",
                         types.SimpleNamespace(TFE_Py_FastPathExecute=decline))
