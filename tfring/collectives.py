@@ -46,11 +46,19 @@ def _clean_eager_errors(fn):
         try:
             return fn(*args, **kwargs)
         except tf.errors.OpError as e:
-            cleaned = _EAGER_NOISE.sub("", e.message)
-            if cleaned == e.message:
+            cleaned = _cleaned(e)
+            if cleaned is e:
                 raise
-            raise type(e)(e.node_def, e.op, cleaned) from None
+            raise cleaned from None
     return wrapper
+
+
+def _cleaned(error):
+    """`error` (a tf.errors.OpError) with TF's eager wrapping taken off its message: a new
+    exception of its type, or `error` itself when there was none."""
+    message = _EAGER_NOISE.sub("", error.message)
+    return error if message == error.message else type(error)(error.node_def, error.op,
+                                                                message)
 
 
 _REDUCIBLE_ENUMS = frozenset(d.as_datatype_enum for d in _REDUCIBLE)
@@ -121,7 +129,6 @@ def _set_size(process_set):
     return tf.constant(process_set.size(), tf.int32)
 
 
-@_clean_eager_errors
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, name=None, process_set=global_process_set,
@@ -151,12 +158,25 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     Example:
         >>> total = tfring.allreduce(tf.constant([1.0, 2.0]), op=tfring.Sum, name="x")
     """
+    # The common eager call first, with no layer around it (_eager_allreduce says why). A
+    # function being traced may capture an eager tensor: it builds a graph op instead.
+    if (type(tensor) is _EagerTensor and op in _EAGER_PATH_OPS and average is None and
+            not device_dense and compression is Compression.none and tf.executing_eagerly()):
+        return _eager_allreduce(tensor, Average if op is None else op, prescale_factor,
+                                postscale_factor, name, process_set)
+    return _allreduce(tensor, average, device_dense, device_sparse, compression, op,
+                      prescale_factor, postscale_factor, name, process_set, ignore_name_scope)
+
+
+# The ops the eager path takes (None: Average); Adasum is computed in Python (adasum.py).
+_EAGER_PATH_OPS = frozenset((None, Average, Sum, Min, Max, Product))
+
+
+@_clean_eager_errors
+def _allreduce(tensor, average, device_dense, device_sparse, compression, op,
+               prescale_factor, postscale_factor, name, process_set, ignore_name_scope):
+    """allreduce's general path: graphs, tf.IndexedSlices, compression, Adasum, devices."""
     op = _resolve_op(average, op)
-    # (A function being traced may capture an eager tensor: it must build a graph op.)
-    if (type(tensor) is _EagerTensor and not device_dense and op != Adasum and
-            compression is Compression.none and tf.executing_eagerly()):
-        return _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name,
-                                process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if prescale_factor != 1.0 or postscale_factor != 1.0:  # Horovod's rule and error type
             raise NotImplementedError("prescale_factor and postscale_factor are not supported "
@@ -186,19 +206,30 @@ def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, proces
     or Adasum. For a small tensor the Python layer is a sizeable part of the call (each line
     after TensorFlow's op has evicted the caches costs several times what it costs alone),
     so this path does only what the general one would do for it, and runs the op through
-    TensorFlow's fast path directly (tfring/_eager_call.py)."""
-    if name is not None:
-        name = str(name)
+    TensorFlow's fast path directly (tfring/_eager_call.py). Its errors are cleaned here, as
+    _clean_eager_errors does for the other calls."""
+    try:
+        if name is not None:
+            naming_ = None
+            name = display = name if type(name) is str else str(name)
+        else:
+            naming_ = naming.eager_naming("allreduce", None)
+            display = naming_.display
         if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
-            _check_dtype(tensor, _REDUCIBLE, "allreduce", name)
-        return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor, name, "",
-                                     True, process_set._op_ranks("tfring.allreduce"))
-    naming_ = naming.eager_naming("allreduce", None)
-    if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
-        _check_dtype(tensor, _REDUCIBLE, "allreduce", naming_.display)
-    return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor,
-                                 naming_.tensor_name, naming_.call_site, naming_.cacheable,
-                                 process_set._op_ranks("tfring.allreduce"))
+            _check_dtype(tensor, _REDUCIBLE, "allreduce", display)
+        ranks = () if process_set is global_process_set else process_set._op_ranks(
+            "tfring.allreduce")
+        if naming_ is None:
+            return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor, name,
+                                         "", True, ranks)
+        return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor,
+                                     naming_.tensor_name, naming_.call_site,
+                                     naming_.cacheable, ranks)
+    except tf.errors.OpError as e:
+        cleaned = _cleaned(e)
+        if cleaned is e:
+            raise
+        raise cleaned from None
 
 
 def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):
