@@ -56,8 +56,10 @@ _LIBRARY_DIRS = tuple(d for d in (_package_dir(m) for m in ("tfring", "tensorflo
 
 # "file.py:LINE" per (code object, instruction offset) already seen: a training loop's call
 # comes from the same few places, and working out a frame's line number each time is a
-# sizeable part of a small eager collective. Bounded, as a program that generates code
-# could make places without end.
+# sizeable part of a small eager collective. Keyed by the code object's id, not the object
+# (hashing a code object hashes its bytecode and constants, on every call); each entry
+# keeps its code object alive, so no other code can take that id. Bounded, as a program
+# that generates code could make places without end.
 _SITES = {}
 _SITES_MAX = 4096
 
@@ -70,12 +72,14 @@ def call_site(skip=1):
         frame = frame.f_back
     if frame is None:
         return ""
-    key = (frame.f_code, frame.f_lasti)
-    site = _SITES.get(key)
-    if site is None:
-        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-        if len(_SITES) < _SITES_MAX:
-            _SITES[key] = site
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    known = _SITES.get(key)
+    if known is not None:
+        return known[1]
+    site = f"{os.path.basename(code.co_filename)}:{frame.f_lineno}"
+    if len(_SITES) < _SITES_MAX:
+        _SITES[key] = (code, site)
     return site
 
 
