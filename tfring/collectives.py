@@ -46,10 +46,7 @@ def _clean_eager_errors(fn):
         try:
             return fn(*args, **kwargs)
         except tf.errors.OpError as e:
-            cleaned = _cleaned(e)
-            if cleaned is e:
-                raise
-            raise cleaned from None
+            raise _cleaned(e) from None
     return wrapper
 
 
@@ -210,26 +207,20 @@ def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, proces
     _clean_eager_errors does for the other calls."""
     try:
         if name is not None:
-            naming_ = None
-            name = display = name if type(name) is str else str(name)
+            tensor_name = display = name if type(name) is str else str(name)
+            call_site, cacheable = "", True
         else:
             naming_ = naming.eager_naming("allreduce", None)
-            display = naming_.display
+            tensor_name, call_site = naming_.tensor_name, naming_.call_site
+            cacheable, display = naming_.cacheable, naming_.display
         if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
             _check_dtype(tensor, _REDUCIBLE, "allreduce", display)
         ranks = () if process_set is global_process_set else process_set._op_ranks(
             "tfring.allreduce")
-        if naming_ is None:
-            return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor, name,
-                                         "", True, ranks)
         return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor,
-                                     naming_.tensor_name, naming_.call_site,
-                                     naming_.cacheable, ranks)
+                                     tensor_name, call_site, cacheable, ranks)
     except tf.errors.OpError as e:
-        cleaned = _cleaned(e)
-        if cleaned is e:
-            raise
-        raise cleaned from None
+        raise _cleaned(e) from None
 
 
 def _allreduce_indexed_slices(slices, op, name, process_set, ignore_name_scope):
