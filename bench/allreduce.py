@@ -8,7 +8,7 @@ It runs five MPI jobs one after the other, each with `mpirun --bind-to core`:
     this shared VM's speed drifts from minute to minute);
   - tfring with its default settings but a response cache large enough for all its steps'
     tensors (TFRING_JOB_CACHE_CAPACITY below), with raw MPI in the same processes ("MPI beside":
-    the MPI settings tfring runs with, `mpi_yield_when_idle=1`, see README, Settings). Its
+    the MPI settings tfring runs with, `mpi_yield_when_idle=1`, see docs/settings.md). Its
     calls are interleaved with tfring's, call by call, so the ratios against it are the
     ones least disturbed by the machine's drift;
   - raw MPI alone with `mpi_yield_when_idle=1` ("MPI yield"): what that setting costs MPI;

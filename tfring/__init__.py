@@ -4,7 +4,7 @@
     hvd.init()
     total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
 
-See README.md for the whole API and the TFRING_* settings.
+See README.md for the whole API, docs/settings.md for the TFRING_* settings.
 """
 
 import os as _os

@@ -37,7 +37,7 @@ def init(comm=None, process_sets=None):
 
     Call once per process, before any collective; calling it again while running is
     harmless. Every rank of the job must call it. Settings are read from the environment
-    (TFRING_* variables, see README) at this moment.
+    (TFRING_* variables, docs/settings.md) at this moment.
 
     Args:
         comm: which processes make up tfring's job, as Horovod's: None for all of

@@ -171,7 +171,7 @@ def parse_args(argv):
                    help="TFRING_HIERARCHICAL_ALLREDUCE=1: allreduce within each host, "
                         "then across hosts")
     p.add_argument("--no-huge-pages", action="store_true",
-                   help="leave malloc's transparent huge pages off (see README, Settings)")
+                   help="leave malloc's transparent huge pages off (see docs/settings.md)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
     p.add_argument("--mpi-args", default="",
                    help="more options for mpirun itself, as one quoted string")

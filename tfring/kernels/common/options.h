@@ -1,5 +1,5 @@
 // Every TFRING_* environment setting, read once (at init) in one place.
-// Names and units mirror Horovod's HOROVOD_* settings. README.md has the same table.
+// Names and units mirror Horovod's HOROVOD_* settings. docs/settings.md has the same table.
 //
 //   variable                            unit     default   meaning
 //   TFRING_FUSION_THRESHOLD             bytes    67108864  largest fusion buffer; 0 disables fusion
