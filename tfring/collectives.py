@@ -210,9 +210,8 @@ def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, proces
             tensor_name = display = name if type(name) is str else str(name)
             call_site, cacheable = "", True
         else:
-            naming_ = naming.eager_naming("allreduce", None)
-            tensor_name, call_site = naming_.tensor_name, naming_.call_site
-            cacheable, display = naming_.cacheable, naming_.display
+            call_site, display = naming.eager_unnamed("allreduce", 2)  # allreduce's caller
+            tensor_name, cacheable = "", False
         if tensor._datatype_enum() not in _REDUCIBLE_ENUMS:
             _check_dtype(tensor, _REDUCIBLE, "allreduce", display)
         ranks = () if process_set is global_process_set else process_set._op_ranks(

@@ -67,7 +67,11 @@ _SITES_MAX = 4096
 def call_site(skip=1):
     """"file.py:LINE" of the nearest caller outside tfring, TensorFlow and Keras (the frames
     of call_site's caller and the `skip - 1` ones above it are known to be tfring's)."""
-    frame = sys._getframe(skip)
+    return _site_from(sys._getframe(skip))
+
+
+def _site_from(frame):
+    """call_site from `frame` up."""
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
         frame = frame.f_back
     if frame is None:
@@ -105,22 +109,29 @@ def _camel(kind):
 _GRAPH_COUNTS = weakref.WeakKeyDictionary()
 
 
-# Unnamed eager calls' OpNaming per (collective, call site): built once per place.
+# Unnamed eager calls' (call site, display) per (collective, the code object and
+# instruction of the frame that called the public function): that frame is the user's line
+# in almost every call, and then this one lookup replaces the walk up the stack, which was
+# most of what an unnamed eager call cost more than a named one. Keyed and kept alive as
+# _SITES; a frame of tfring, TensorFlow or Keras is never a key, as the
+# site then depends on the frames above it.
 _EAGER_UNNAMED = {}
 
 
-def eager_naming(kind, name):
-    """op_naming(kind, name) for a call known to run eagerly."""
-    if name is not None:
-        return OpNaming(str(name), True, "", None, str(name), None)
-    site = call_site(2)
-    naming = _EAGER_UNNAMED.get((kind, site))
-    if naming is None:
-        display = f"unnamed {kind} at {site}" if site else f"unnamed {kind}"
-        naming = OpNaming("", False, site, None, display, None)
-        if len(_EAGER_UNNAMED) < _SITES_MAX:
-            _EAGER_UNNAMED[(kind, site)] = naming
-    return naming
+def eager_unnamed(kind, depth):
+    """(call_site, display) of an unnamed eager call of collective `kind`, whose public
+    function was called `depth` frames above eager_unnamed's caller."""
+    frame = sys._getframe(depth + 1)
+    code = frame.f_code
+    key = (kind, id(code), frame.f_lasti)
+    known = _EAGER_UNNAMED.get(key)
+    if known is not None:
+        return known[1]
+    site = _site_from(frame)
+    known = (site, f"unnamed {kind} at {site}" if site else f"unnamed {kind}")
+    if not code.co_filename.startswith(_LIBRARY_DIRS) and len(_EAGER_UNNAMED) < _SITES_MAX:
+        _EAGER_UNNAMED[key] = (code, known)
+    return known
 
 
 def op_naming(kind, name=None, inputs=(), ignore_name_scope=False):

@@ -1,6 +1,8 @@
 """How unnamed ops are named: from the graph in graphs (as Horovod), by the runtime eagerly."""
 
+import os
 import re
+import sys
 
 import tensorflow as tf
 
@@ -105,3 +107,37 @@ def test_a_captured_eager_tensor_is_named_alike_whatever_the_process_made_before
     first, second = names_after(0), names_after(5)
     assert first == second == ["TfringAllreduce_captured_0", "TfringAllreduce_captured_0.1"], \
         (first, second)
+
+
+def _public(kind):
+    """Stands for a public collective whose unnamed eager path asks for its caller's site."""
+    return _path(kind)
+
+
+def _path(kind):
+    return naming.eager_unnamed(kind, 2)
+
+
+def test_an_unnamed_eager_call_is_known_by_the_line_that_made_it():
+    sites = [_public("allreduce") for _ in range(3)]  # one line, three calls
+    other = _public("allreduce")
+    line = sys._getframe().f_lineno
+    assert sites[0] == sites[1] == sites[2] == (
+        f"test_naming.py:{line - 2}", f"unnamed allreduce at test_naming.py:{line - 2}")
+    assert other[0] == f"test_naming.py:{line - 1}"
+    assert _public("broadcast")[1].startswith("unnamed broadcast at test_naming.py:")
+
+
+def test_an_unnamed_call_through_a_library_wrapper_is_known_by_the_user_line(monkeypatch):
+    # A wrapper inside a library (Keras's, or tfring's own): the site is the line above it,
+    # which differs from call to call, so the wrapper's own line must not be remembered.
+    wrapper_dir = os.path.join(os.sep, "some_library", "")
+    monkeypatch.setattr(naming, "_LIBRARY_DIRS", naming._LIBRARY_DIRS + (wrapper_dir,))
+    scope = {"public": _public}
+    exec(compile("def wrapper(kind):\n    return public(kind)\n",
+                 os.path.join(wrapper_dir, "wrapper.py"), "exec"), scope)
+    first = scope["wrapper"]("allreduce")
+    second = scope["wrapper"]("allreduce")
+    line = sys._getframe().f_lineno
+    assert first[0] == f"test_naming.py:{line - 2}"
+    assert second[0] == f"test_naming.py:{line - 1}"
