@@ -169,7 +169,7 @@ def main():
             stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300, None,
                            None, True))
         elif "mpi" in name:
-            for n in (2, 3):
+            for n in (2, 3, 4):
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
         else:
             stages.append((f"native {name}", [binary], 180))

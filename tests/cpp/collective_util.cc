@@ -116,25 +116,78 @@ std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt
   return v;
 }
 
-std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
-                                      int salt) {
+double OverflowTestValue(DataType dtype, int rank, int64_t i) {
+  const int bits = static_cast<int>(DataTypeSize(dtype)) * 8;
+  const double k = static_cast<double>((rank * 5 + i * 3) % 7);  // 0..6
+  // Signed types: every fourth pair of elements negative on every rank, so that negative
+  // sums and products overflow too.
+  const double sign = IsSigned(dtype) && i % 4 >= 2 ? -1 : 1;
+  if (i % 2 == 0) {
+    // Three quarters of the type's largest value: a sum of two overflows.
+    return sign * (std::ldexp(3.0, bits - (IsSigned(dtype) ? 3 : 2)) + k);
+  }
+  // About the square root of the type's range: a product of two overflows.
+  return sign * (std::ldexp(1.0, bits / 2) + k);
+}
+
+std::vector<double> OverflowTestValues(DataType dtype, int rank, int64_t count) {
+  std::vector<double> v(count);
+  for (int64_t i = 0; i < count; ++i) v[i] = OverflowTestValue(dtype, rank, i);
+  return v;
+}
+
+namespace {
+
+// `v` (an integer value held in uint64, modulo 2^64) as `dtype` holds it: its low bits, read
+// as signed where the type is. (Every integer dtype fits in int64.)
+int64_t WrapTo(DataType dtype, uint64_t v) {
+  const int bits = static_cast<int>(DataTypeSize(dtype)) * 8;
+  if (bits == 64) return static_cast<int64_t>(v);
+  v &= (uint64_t{1} << bits) - 1;
+  if (IsSigned(dtype) && (v >> (bits - 1)) != 0) {
+    return static_cast<int64_t>(v) - (int64_t{1} << bits);
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+std::vector<double> ExpectedAllreduceOf(DataType dtype, ReduceOp op, int size, int64_t count,
+                                        const std::function<double(int, int64_t)>& value) {
   std::vector<double> out(count);
+  const bool integer = !IsFloatingPoint(dtype);
   for (int64_t i = 0; i < count; ++i) {
-    double acc = TestValue(dtype, 0, i, salt);
+    double acc = value(0, i);
+    // Integers: sums and products in uint64, which wraps modulo 2^64 and so modulo 2^bits.
+    uint64_t wrapped = static_cast<uint64_t>(static_cast<int64_t>(acc));
     for (int r = 1; r < size; ++r) {
-      const double v = TestValue(dtype, r, i, salt);
+      const double v = value(r, i);
+      const uint64_t w = static_cast<uint64_t>(static_cast<int64_t>(v));
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAverage: acc += v; break;
+        case ReduceOp::kAverage: acc += v; wrapped += w; break;
         case ReduceOp::kMin: acc = std::min(acc, v); break;
         case ReduceOp::kMax: acc = std::max(acc, v); break;
-        case ReduceOp::kProduct: acc *= v; break;
+        case ReduceOp::kProduct: acc *= v; wrapped *= w; break;
       }
     }
-    if (op == ReduceOp::kAverage) acc = IsFloatingPoint(dtype) ? acc / size : std::trunc(acc / size);
+    if (integer && op != ReduceOp::kMin && op != ReduceOp::kMax) {
+      const int64_t held = WrapTo(dtype, wrapped);
+      // Average: the wrapped sum divided toward zero, in integers (exact for int64 too).
+      acc = static_cast<double>(op == ReduceOp::kAverage ? held / size : held);
+    } else if (op == ReduceOp::kAverage) {
+      acc /= size;
+    }
     out[i] = acc;
   }
   return out;
+}
+
+std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
+                                      int salt) {
+  return ExpectedAllreduceOf(dtype, op, size, count, [dtype, salt](int rank, int64_t i) {
+    return TestValue(dtype, rank, i, salt);
+  });
 }
 
 bool AllClose(DataType dtype, const std::vector<double>& got, const std::vector<double>& want,

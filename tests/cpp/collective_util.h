@@ -40,8 +40,18 @@ std::vector<double> Decode(DataType dtype, const std::vector<char>& bytes);
 double TestValue(DataType dtype, int rank, int64_t i, int salt = 0);
 std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt = 0);
 
-// The allreduce of TestValues over `size` ranks, as the dtype should hold it (Average on
-// integers rounds toward zero).
+// Element i of rank `rank`'s input for an integer dtype, chosen so that sums and products
+// of two or more ranks overflow the dtype (exact as doubles for every width but int64,
+// whose large values the test reads through the nearest double).
+double OverflowTestValue(DataType dtype, int rank, int64_t i);
+std::vector<double> OverflowTestValues(DataType dtype, int rank, int64_t count);
+
+// The allreduce over `size` ranks of `value(rank, i)`, as the dtype should hold it: integer
+// sums and products wrap modulo 2^bits, as TensorFlow's integer arithmetic does; Average on
+// integers is the wrapped sum divided toward zero.
+std::vector<double> ExpectedAllreduceOf(DataType dtype, ReduceOp op, int size, int64_t count,
+                                        const std::function<double(int, int64_t)>& value);
+// The same for TestValues.
 std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
                                       int salt = 0);
 

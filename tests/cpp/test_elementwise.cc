@@ -205,5 +205,34 @@ TFRING_TEST(Elementwise, ReduceIntoAndScale) {
   EXPECT_TRUE(y == std::vector<int8_t>({-56, 56}));
 }
 
+// Integer sums and products wrap modulo 2^bits at every width, as TensorFlow's do (and
+// without undefined behaviour: the sanitizer build runs this too).
+TFRING_TEST(Elementwise, IntegerSumsAndProductsWrap) {
+  std::vector<uint8_t> u8 = {200, 16}, v8 = {100, 17};
+  ReduceInto(DataType::kUInt8, ReduceOp::kSum, u8.data(), v8.data(), 2);
+  EXPECT_TRUE(v8 == std::vector<uint8_t>({44, 33}));
+  ReduceInto(DataType::kUInt8, ReduceOp::kProduct, u8.data(), v8.data(), 2);
+  EXPECT_TRUE(v8 == std::vector<uint8_t>({(200 * 44) % 256, (16 * 33) % 256}));
+  std::vector<uint16_t> u16 = {65535, 40000}, v16 = {65535, 40000};
+  ReduceInto(DataType::kUInt16, ReduceOp::kProduct, u16.data(), v16.data(), 2);
+  EXPECT_EQ(v16[0], 1);  // (2^16 - 1)^2 mod 2^16; as int, 65535 * 65535 would overflow
+  EXPECT_EQ(v16[1], static_cast<uint16_t>((40000ull * 40000ull) % 65536));
+  std::vector<int16_t> s16 = {30000, -30000}, t16 = {30000, -30000};
+  ReduceInto(DataType::kInt16, ReduceOp::kSum, s16.data(), t16.data(), 2);
+  EXPECT_TRUE(t16 == std::vector<int16_t>({-5536, 5536}));
+  std::vector<int32_t> s32 = {INT32_MAX, INT32_MIN}, t32 = {1, -1};
+  ReduceInto(DataType::kInt32, ReduceOp::kSum, s32.data(), t32.data(), 2);
+  EXPECT_TRUE(t32 == std::vector<int32_t>({INT32_MIN, INT32_MAX}));
+  std::vector<int64_t> s64 = {INT64_MAX, int64_t{1} << 62}, t64 = {2, 4};
+  ReduceInto(DataType::kInt64, ReduceOp::kSum, s64.data(), t64.data(), 1);
+  EXPECT_EQ(t64[0], INT64_MIN + 1);
+  ReduceInto(DataType::kInt64, ReduceOp::kProduct, s64.data() + 1, t64.data() + 1, 1);
+  EXPECT_EQ(t64[1], 0);  // 2^64 mod 2^64
+  // Min and Max compare as signed (or unsigned) values, never as bytes.
+  std::vector<int8_t> m = {-128, 127}, n = {127, -128};
+  ReduceInto(DataType::kInt8, ReduceOp::kMin, m.data(), n.data(), 2);
+  EXPECT_TRUE(n == std::vector<int8_t>({-128, -128}));
+}
+
 }  // namespace
 }  // namespace tfring

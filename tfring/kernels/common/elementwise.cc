@@ -11,14 +11,34 @@
 namespace tfring {
 namespace {
 
+// Integer sums and products wrap modulo 2^bits, as TensorFlow's own integer arithmetic
+// does: computed in the unsigned type of T's width (at least unsigned int, so that uint16 *
+// uint16 is not promoted to a signed int that overflows), where overflow is defined, then
+// converted back (modular since C++20, and in every compiler tfring builds with before).
+template <typename T>
+T WrappingSum(T a, T b) {
+  using U = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+}
+
+template <typename T>
+T WrappingProduct(T a, T b) {
+  using U = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+
 template <typename T>
 T Combine(ReduceOp op, T a, T b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return static_cast<T>(a + b);
+    case ReduceOp::kAverage:
+      if constexpr (std::is_integral_v<T>) return WrappingSum(a, b);
+      return static_cast<T>(a + b);
     case ReduceOp::kMin: return std::min(a, b);
     case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return static_cast<T>(a * b);
+    case ReduceOp::kProduct:
+      if constexpr (std::is_integral_v<T>) return WrappingProduct(a, b);
+      return static_cast<T>(a * b);
   }
   return a;
 }

@@ -1,6 +1,6 @@
 // float16 (IEEE binary16) and bfloat16 <-> float conversions, round to nearest even.
 // MPI has no 16-bit float types, so reductions on them convert each element to float,
-// combine, and convert back (see elementwise.cc and backends/mpi/mpi_half_ops.cc).
+// combine, and convert back (see elementwise.cc and backends/mpi/mpi_own_ops.cc).
 #pragma once
 
 #include <cstdint>

@@ -9,20 +9,6 @@
 namespace tfring {
 namespace {
 
-MPI_Datatype NativeType(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kUInt16: return MPI_UINT16_T;
-    case DataType::kInt16: return MPI_INT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
-  }
-}
-
 MPI_Op NativeOp(ReduceOp op) {
   switch (op) {
     case ReduceOp::kMin: return MPI_MIN;
@@ -43,7 +29,7 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
 
 MpiBackend::~MpiBackend() {
   if (abandoned_) return;
-  half_.Free();
+  own_.Free();
   MPI_Comm_free(&comm_);
   if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
   if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
@@ -70,13 +56,20 @@ Status MpiBackend::HierarchicalAllreduce(const void* in, void* out, int count,
   return Status::OK();
 }
 
-Status MpiBackend::Init() { return half_.Create(); }
+Status MpiBackend::Init() { return own_.Create(); }
+
+MPI_Op MpiBackend::OpFor(DataType dtype, ReduceOp op) const {
+  // An Average reaches the backend as a Sum, scaled after (the caller's job); map it here
+  // too, so that it can never fall through to MPI's native (possibly saturating) sum.
+  if (op == ReduceOp::kAverage) op = ReduceOp::kSum;
+  const MPI_Op own = own_.op(dtype, op);
+  return own != MPI_OP_NULL ? own : NativeOp(op);
+}
 
 Status MpiBackend::Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                              ReduceOp op) {
-  const bool is_half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
-  const MPI_Datatype type = is_half ? half_.type(dtype) : NativeType(dtype);
-  const MPI_Op mpi_op = is_half ? half_.op(dtype, op) : NativeOp(op);
+  const MPI_Datatype type = own_.type(dtype);
+  const MPI_Op mpi_op = OpFor(dtype, op);
   const size_t esize = DataTypeSize(dtype);
   for (int64_t done = 0; done < count || (count == 0 && done == 0); done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, count - done));
@@ -120,9 +113,8 @@ Status MpiBackend::Broadcast(void* buffer, int64_t bytes, int root) {
 
 Status MpiBackend::Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                                  DataType dtype, ReduceOp op) {
-  const bool is_half = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
-  const MPI_Datatype type = is_half ? half_.type(dtype) : NativeType(dtype);
-  const MPI_Op mpi_op = is_half ? half_.op(dtype, op) : NativeOp(op);
+  const MPI_Datatype type = own_.type(dtype);
+  const MPI_Op mpi_op = OpFor(dtype, op);
   std::vector<int> recvcounts(counts.size());
   for (size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] > INT_MAX) {

@@ -1,6 +1,7 @@
 // Backend over MPI for host buffers, on tfring's own duplicate of MPI_COMM_WORLD.
 // Data collectives are blocking MPI calls (MPI's tuned algorithms; a lone tensor goes from
-// the op's input straight to its output). float16/bfloat16 use MpiHalfOps.
+// the op's input straight to its output). tfring's own MPI ops
+// (MpiOwnOps) reduce 16-bit floats, and integers so that they wrap as TensorFlow does.
 //
 // With UseHierarchicalAllreduce (TFRING_HIERARCHICAL_ALLREDUCE=1), an allreduce is a reduce
 // to each host's first rank, an allreduce among those ranks across hosts, and a broadcast
@@ -10,7 +11,7 @@
 #include <mpi.h>
 
 #include "tfring/kernels/core/backend.h"
-#include "tfring/kernels/backends/mpi/mpi_half_ops.h"
+#include "tfring/kernels/backends/mpi/mpi_own_ops.h"
 
 namespace tfring {
 
@@ -19,7 +20,7 @@ class MpiBackend : public Backend {
   // Takes ownership of `comm`.
   explicit MpiBackend(MPI_Comm comm);
   ~MpiBackend() override;
-  Status Init();  // creates the 16-bit float types and ops
+  Status Init();  // creates tfring's own MPI types and ops (MpiOwnOps)
 
   const char* name() const override { return "MPI"; }
   const char* allreduce_phase() const override {
@@ -41,13 +42,15 @@ class MpiBackend : public Backend {
   void Abandon() { abandoned_ = true; }
 
  private:
+  // The MPI op that reduces `dtype` with `op`: tfring's own where it has one.
+  MPI_Op OpFor(DataType dtype, ReduceOp op) const;
   Status HierarchicalAllreduce(const void* in, void* out, int count, MPI_Datatype type,
                                MPI_Op op);
 
   MPI_Comm comm_;
   MPI_Comm local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  MpiHalfOps half_;
+  MpiOwnOps own_;
   bool abandoned_ = false;
 };
 
