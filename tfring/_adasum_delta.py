@@ -15,7 +15,7 @@ set applies its own gradients alone, as in the other wrappers.
 
 import tensorflow as tf
 
-from tfring import _gradients, collectives
+from tfring import _gradients, _tf1_state, collectives
 
 
 class AdasumDelta:
@@ -49,7 +49,13 @@ class AdasumDelta:
             return apply_fn()  # as the other wrappers: outside the set, train alone
         variables = [v for g, v in grads_and_vars if g is not None and v not in self._local]
         step, starts = self._state_for(variables)
-        first = tf.equal(step, 0)
+        # TF1: the state may be newer than the script's initializer (tfring/_tf1_state.py):
+        # the step starts at 0, a start at its variable's value.
+        ready = _tf1_state.initialize_if_needed(
+            [step] + starts,
+            [None] + [lambda v=v: tf.convert_to_tensor(v) for v in variables])
+        with tf.control_dependencies([ready] if ready is not None else []):
+            first = tf.equal(step, 0)
         remember = tf.cond(
             first, lambda: tf.group([s.assign(v) for s, v in zip(starts, variables)]), tf.no_op)
         with tf.control_dependencies([remember]):

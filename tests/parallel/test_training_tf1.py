@@ -127,6 +127,33 @@ def test_accumulation_applies_every_second_run(rank, size, sparse_as_dense):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("passes", [1, 2])
+def test_initializer_built_before_minimize(rank, size, passes):
+    # Horovod's TF1 synthetic benchmark's order: the optimizer, then the initializer (run in
+    # a plain Session), then minimize(). State the wrapper makes in minimize() (the sums of
+    # backward_passes_per_step) initializes itself on the first run.
+    with tf.Graph().as_default():
+        values = initial_values(1)
+        variables = [v1.get_variable(n, initializer=tf.constant(v), use_resource=True)
+                     for n, v in zip(("w1", "b1", "embedding", "w2"), values)]
+        feeds = (v1.placeholder(tf.float32, [None, 6]), v1.placeholder(tf.int64, [None]),
+                 v1.placeholder(tf.float32, [None, 1]))
+        opt = tfring.DistributedOptimizer(v1.train.GradientDescentOptimizer(LR),
+                                          backward_passes_per_step=passes,
+                                          average_aggregated_gradients=True)
+        init = v1.global_variables_initializer()
+        with v1.Session() as session:
+            session.run(init)
+            train_op = opt.minimize(loss_fn(variables, *feeds), var_list=variables)
+            for run_index in range(passes * STEPS):
+                batch = shard(global_batch(run_index, size), rank)
+                session.run(train_op, feed_dict=dict(zip(feeds, batch)))
+            got = session.run(variables)
+    assert_identical_across_ranks(got, f"tf1-init-first-{passes}")
+    for g, want in zip(got, reference_weights(STEPS, size, LR, passes=passes)):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
 def test_accumulation_apply_needs_compute_first(rank, size):
     with tf.Graph().as_default():
         v = v1.get_variable("v", initializer=tf.constant([1.0]), use_resource=True)
