@@ -42,6 +42,16 @@ class GradientAccumulator:
         self.sums = None
         self.counter = None
 
+    # Horovod's LocalGradientAggregationHelper names, read by scripts through a tf_keras
+    # optimizer's `_agg_helper` (its `counter` is the passes since the last update).
+    @property
+    def backward_passes_per_step(self):
+        return self.passes
+
+    @property
+    def average_aggregated_gradients(self):
+        return self.average
+
     @property
     def built(self):
         return self.sums is not None
@@ -137,15 +147,17 @@ def reduce_on_update_step(accumulator, grads, variables, reduce_fn):
     return is_update, out
 
 
-def apply_on_update_step(is_update, apply_fn):
-    """Runs `apply_fn()` (the optimizer's apply) only on update steps; returns the op."""
-    def apply():
-        result = apply_fn()
-        # TF1 graphs do not run what nothing depends on: make the branch wait for the apply.
+def apply_on_update_step(is_update, apply_fn, skip_fn=None):
+    """Runs `apply_fn()` (the optimizer's apply) only on update steps, and `skip_fn()` (if
+    given) on the others; returns the op."""
+    def run(fn):
+        result = fn()
+        # TF1 graphs do not run what nothing depends on: make the branch wait for the fn.
         deps = [r for r in tf.nest.flatten(result) if isinstance(r, (tf.Operation, tf.Tensor))]
         with tf.control_dependencies(deps):
             return tf.no_op()
-    return tf.cond(is_update, apply, tf.no_op)
+    return tf.cond(is_update, lambda: run(apply_fn),
+                   (lambda: run(skip_fn)) if skip_fn else tf.no_op)
 
 
 def _pick(values, indices):

@@ -12,9 +12,10 @@ own optimizer wrapper on Horovod's helper:
     grads = helper.compute_gradients(grads, variables)          # zeros between updates
     train_op = helper.apply_gradients(lambda: opt.apply_gradients(zip(grads, variables)), opt)
 
-`allreduce_func(grads, variables)` returns the reduced gradients. As in tfring's wrappers
-(and unlike Horovod's helper, which counted every pass in a Keras optimizer's `iterations`),
-the optimizer runs on update steps only, so its step count and schedules see applied steps.
+`allreduce_func(grads, variables)` returns the reduced gradients. The optimizer runs on
+update steps only. A tf_keras optimizer's `iterations` counts every pass, as Horovod's helper
+counts it (the passes that apply nothing add 1); a Keras 3 optimizer's counts applied steps,
+Keras 3's own convention for its gradient_accumulation_steps.
 """
 
 import tensorflow as tf
@@ -92,4 +93,8 @@ class LocalGradientAggregationHelper:
         if self._is_update is None:
             raise ValueError("LocalGradientAggregationHelper.apply_gradients: call "
                              "compute_gradients first (it decides which steps apply).")
-        return _accumulation.apply_on_update_step(self._is_update, apply_grads_closure)
+        skip = None
+        if type(optimizer).__module__.startswith("tf_keras") and \
+                getattr(optimizer, "iterations", None) is not None:
+            skip = lambda: optimizer.iterations.assign_add(1)  # noqa: E731
+        return _accumulation.apply_on_update_step(self._is_update, apply_grads_closure, skip)

@@ -46,12 +46,20 @@ def fit_inputs(data, embedding):
     return ([x, ids] if embedding else x), y
 
 
-def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, seed=1):
-    """One process, the same initial weights, the whole global batch per applied step."""
+def reference_weights(keras, optimizer, steps, size, passes=1, embedding=False, seed=1,
+                      count_passes=False):
+    """One process, the same initial weights, the whole global batch per applied step.
+    count_passes: the optimizer's `iterations` counts every pass, as Horovod's accumulation
+    on tf_keras does (the N - 1 passes that apply nothing before each update)."""
     model = make_model(keras, seed, embedding)
     model.compile(optimizer=optimizer, loss="mse")
     x, y = fit_inputs(global_data(steps, size, passes), embedding)
-    model.fit(x, y, batch_size=size * passes * BATCH, epochs=1, shuffle=False, verbose=0)
+    callbacks = []
+    if count_passes:
+        callbacks.append(keras.callbacks.LambdaCallback(
+            on_train_batch_begin=lambda batch, logs: optimizer.iterations.assign_add(passes - 1)))
+    model.fit(x, y, batch_size=size * passes * BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=callbacks)
     return [w.numpy() for w in model.weights]
 
 

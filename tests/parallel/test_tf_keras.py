@@ -56,12 +56,48 @@ def test_fit_matches_one_process(rank, size, make_optimizer):
     lambda: keras.optimizers.legacy.Adam(0.01),
 ], ids=["adam", "legacy-adam"])
 def test_accumulation_equals_a_larger_batch(rank, size, make_optimizer):
+    # As Horovod on tf_keras: `iterations` counts every pass, so Adam's bias correction at
+    # each update sees 2 * (updates so far); the reference advances its count to match.
     model, opt = fit_distributed(rank, size, make_optimizer(), passes=2,
                                  average_aggregated_gradients=True)
-    assert int(opt.iterations) == STEPS
+    assert int(opt.iterations) == 2 * STEPS
+    assert int(opt._agg_helper.counter) == 0
     assert_same_on_all_ranks(weights_and_optimizer_state(model), "tf_keras-accumulate")
     assert_close([w.numpy() for w in model.weights],
-                 reference_weights(keras, make_optimizer(), STEPS, size, passes=2))
+                 reference_weights(keras, make_optimizer(), STEPS, size, passes=2,
+                                   count_passes=True))
+
+
+@pytest.mark.parametrize("average", [True, False])
+@pytest.mark.parametrize("legacy", [False, True], ids=["optimizer", "legacy"])
+def test_accumulation_counts_every_pass_as_horovod(rank, size, legacy, average):
+    # Horovod's own loop on tf_keras: _compute_gradients then apply_gradients in a
+    # tf.function, 4 passes per update, 10 calls. loss = x - y[0] on rank r's scale r + 1:
+    # dloss/dx = 1, dloss/dy = [-(r + 1), 0], so each update moves x by -lr * g and y[0] by
+    # +lr * mean(r + 1) * g, with g the pass count N (or 1 when averaged).
+    passes, calls, lr = 4, 10, 0.5
+    make = keras.optimizers.legacy.SGD if legacy else keras.optimizers.SGD
+    opt = hvd.DistributedOptimizer(make(lr), backward_passes_per_step=passes,
+                                   average_aggregated_gradients=average)
+    x, y = tf.Variable([0.0]), tf.Variable([1.0, 2.0])
+
+    def loss():
+        return x - float(rank + 1) * tf.gather(y, [0])
+
+    @tf.function
+    def step():
+        opt.apply_gradients(opt._compute_gradients(loss, var_list=[x, y]))
+
+    for call in range(calls):
+        step()
+        updates = (call + 1) // passes
+        g = 1.0 if average else float(passes)
+        np.testing.assert_allclose(x.numpy(), [-lr * g * updates])
+        mean_scale = sum(r + 1 for r in range(size)) / size
+        np.testing.assert_allclose(y.numpy(), [1.0 + lr * g * mean_scale * updates, 2.0])
+        assert int(opt.iterations) == call + 1
+    assert int(opt._agg_helper.counter) == calls % passes
+    assert opt._agg_helper.backward_passes_per_step == passes
 
 
 @pytest.mark.parametrize("passes", [1, 2])
@@ -212,3 +248,25 @@ def test_fit_with_jit_compile_keeps_xla(rank, size):
     assert_same_on_all_ranks(weights_and_optimizer_state(model), "tf_keras xla")
     assert_close([w.numpy() for w in model.weights],
                  reference_weights(keras, keras.optimizers.Adam(0.01), STEPS, size))
+
+
+def test_aggregation_helper_counts_every_pass_of_a_tf_keras_optimizer(rank, size):
+    # Horovod's LocalGradientAggregationHelper on a tf_keras optimizer: the passes that apply
+    # nothing still add 1 to `iterations`; the update steps apply (and count) once.
+    from tfring import LocalGradientAggregationHelper as Helper
+    opt = keras.optimizers.SGD(0.5)
+    w = tf.Variable([0.0])
+    helper = Helper(backward_passes_per_step=3, sparse_as_dense=False,
+                    allreduce_func=lambda g, v: tfring.grouped_allreduce(g, op=tfring.Average),
+                    average_aggregated_gradients=False, rank=rank,
+                    optimizer_type=Helper._OPTIMIZER_TYPE_KERAS)
+
+    @tf.function
+    def step():
+        grads = helper.compute_gradients([tf.constant([1.0])], [w])
+        return helper.apply_gradients(lambda: opt.apply_gradients(zip(grads, [w])), opt)
+
+    for call in range(7):
+        step()
+        assert int(opt.iterations) == call + 1
+        np.testing.assert_allclose(w.numpy(), [-0.5 * 3.0 * ((call + 1) // 3)])

@@ -9,7 +9,10 @@ tests the same gradients. The object stays what it was (an Adam stays an Adam), 
 and loading need nothing of tfring; tfring.keras.load_model hooks the loaded optimizer.
 
 backward_passes_per_step > 1 also replaces `apply_gradients` on the object: gradients are
-summed locally and the original apply_gradients runs (and reduces) every Nth call only.
+summed locally and the original apply_gradients runs (and reduces) every Nth call only. As
+Horovod on tf_keras, every pass counts in `optimizer.iterations` (the passes that apply
+nothing add 1 themselves), so learning-rate schedules and Adam's bias correction see passes,
+and `optimizer._agg_helper.counter` is the number of passes since the last update.
 """
 
 import os
@@ -91,14 +94,17 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
             pairs = local_compute(loss, var_list, grad_loss=grad_loss, tape=tape)
         else:
             pairs = target.compute_gradients(loss, var_list, tape=tape)
+        if accumulating:
+            return pairs  # the accumulating apply_gradients reduces the sums on update steps
         reduced = aggregate(pairs)
         reduced_already[:] = [g for g, _ in reduced if g is not None]
         return reduced
 
+    accumulating = int(backward_passes_per_step) > 1
     setattr(target, hook, aggregate)
     target._aggregate_gradients = aggregate
     target._compute_gradients = compute_gradients
-    if int(backward_passes_per_step) > 1:
+    if accumulating:
         _hook_accumulation(optimizer, int(backward_passes_per_step),
                            average_aggregated_gradients)
     setattr(optimizer, _MARK, True)
@@ -108,6 +114,7 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
 def _hook_accumulation(optimizer, passes, average):
     original_apply = optimizer.apply_gradients
     accumulator = _accumulation.GradientAccumulator(passes, average)
+    optimizer._agg_helper = accumulator  # Horovod's name: scripts read its `counter`
 
     def apply_gradients(grads_and_vars, *args, **kwargs):
         grads_and_vars = [(g, v) for g, v in grads_and_vars]
@@ -123,7 +130,13 @@ def _hook_accumulation(optimizer, passes, average):
             accumulator.reset_after(totals)
             return tf.no_op()
 
-        return tf.cond(is_update, update, tf.no_op)
+        def count_the_pass():
+            # Horovod's count: a pass that applies nothing still adds 1 to `iterations`
+            # (through the property, which a LossScaleOptimizer forwards to its inner one).
+            optimizer.iterations.assign_add(1)
+            return tf.no_op()
+
+        return tf.cond(is_update, update, count_the_pass)
 
     optimizer.apply_gradients = apply_gradients
 
