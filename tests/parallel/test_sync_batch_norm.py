@@ -37,6 +37,18 @@ def test_horovod_constructor_arguments():
         tfring.SyncBatchNormalization(fused=True)
 
 
+def test_keras2_arguments_build_on_keras_3(recwarn):
+    # Horovod-era code passes Keras 2 arguments that Keras 3's layer lacks: at their Keras 2
+    # defaults nothing is said; another value is ignored with one warning.
+    layer = tfring.SyncBatchNormalization(axis=-1, momentum=0.9, fused=False, renorm=False,
+                                          virtual_batch_size=None, adjustment=None)
+    assert layer.momentum == 0.9
+    assert not [w for w in recwarn if "ignores" in str(w.message)]
+    with pytest.warns(UserWarning, match="ignores renorm, renorm_clipping"):
+        tfring.SyncBatchNormalization(fused=False, renorm=True,
+                                      renorm_clipping={"rmax": 3.0, "rmin": 0.3, "dmax": 5.0})
+
+
 @pytest.mark.parametrize("in_function", [False, True], ids=["eager", "function"])
 def test_gradients_equal_one_process_on_the_global_batch(in_function, rank, size):
     def build(layer_class, seed):

@@ -12,8 +12,13 @@ equals one process on the global batch.
 
 Horovod's constructor arguments are accepted: `fused=False` (the default; Keras 3's layer
 has no such argument, and a fused kernel cannot synchronize, so True and None are refused
-as Horovod refuses them), and every argument of BatchNormalization.
+as Horovod refuses them), and every argument of BatchNormalization. On Keras 3, the Keras 2
+arguments it dropped (`renorm`, `renorm_clipping`, `renorm_momentum`, `virtual_batch_size`,
+`adjustment`) are accepted too, so Horovod-era code builds: at their Keras 2 defaults they
+mean what Keras 3 does; other values are ignored with a warning, once.
 """
+
+import warnings
 
 import tensorflow as tf
 
@@ -45,6 +50,24 @@ def _expand(reduced, axes, like):
     for axis in sorted(a % like.shape.rank for a in axes):
         reduced = tf.expand_dims(reduced, axis)
     return reduced
+
+
+# Keras 2 BatchNormalization arguments that Keras 3's has not, with their Keras 2 defaults.
+_KERAS2_ONLY = {"renorm": False, "renorm_clipping": None, "renorm_momentum": 0.99,
+                "virtual_batch_size": None, "adjustment": None}
+_warned_keras2_only = []
+
+
+def _drop_keras2_only(kwargs):
+    """Removes the Keras-2-only arguments from `kwargs`; warns once where one would have
+    changed what Keras 2's layer did."""
+    ignored = {k: kwargs.pop(k) for k in list(kwargs) if k in _KERAS2_ONLY}
+    changed = sorted(k for k, v in ignored.items() if v != _KERAS2_ONLY[k])
+    if changed and not _warned_keras2_only:
+        _warned_keras2_only.append(True)
+        warnings.warn(f"SyncBatchNormalization on Keras 3 ignores {', '.join(changed)}: Keras "
+                      "3's BatchNormalization has no such feature (Keras 2 only).",
+                      stacklevel=3)
 
 
 def _check_fused(fused):
@@ -82,6 +105,7 @@ else:
             _check_fused(fused)
             kwargs.setdefault("name", "sync_batch_normalization")
             kwargs.pop("synchronized", None)  # tf.distribute's sync: tfring does it instead
+            _drop_keras2_only(kwargs)
             super().__init__(**kwargs)
 
         def _moments(self, inputs, mask):
