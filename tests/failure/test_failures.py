@@ -11,12 +11,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 
-def run_scenario(name, env=None, timeout=90):
+def run_scenario(name, env=None, timeout=90, mpirun_options=()):
     full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                     TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     start = time.time()
-    proc = subprocess.run([MPIRUN, "-np", "2", sys.executable, os.path.join(HERE, "scenarios.py"),
-                           name], capture_output=True, text=True, timeout=timeout, env=full_env)
+    proc = subprocess.run([MPIRUN, *mpirun_options, "-np", "2", sys.executable,
+                           os.path.join(HERE, "scenarios.py"), name],
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
     return proc.returncode, proc.stdout + proc.stderr, time.time() - start
 
 
@@ -41,6 +42,19 @@ def test_killed_rank_ends_the_job_within_a_minute():
     # mpirun's own report names the rank that died and how (the scenario's line does not).
     report = " ".join(out.split())
     assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", report), out
+
+
+def test_killed_rank_is_named_in_the_survivors_error_under_ulfm():
+    # With MPI's fault tolerance on (`mpirun --with-ft ulfm`), mpirun does not kill the job
+    # when rank 1 dies: rank 0 must itself fail its pending op, naming the dead rank, at
+    # once (MPI reports the failure; no timeout is involved).
+    rc, out, _ = run_scenario("killed_rank", mpirun_options=("--with-ft", "ulfm"))
+    assert rc != 0, out
+    caught = re.search(r"rank 0: caught after ([0-9.]+) s: (.*)", out)
+    assert caught, out
+    assert float(caught.group(1)) < 10, out
+    assert "rank 0 lost its peer rank 1" in caught.group(2), out
+    assert "MPI_ERR_PROC_FAILED" in caught.group(2) and "'never_completes'" in caught.group(2)
 
 
 def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "tfring/kernels/backends/mpi/mpi_check.h"
+#include "tfring/kernels/backends/mpi/mpi_failures.h"
+#include "tfring/kernels/core/message.h"
 
 namespace tfring {
 namespace {
@@ -44,6 +46,15 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       broken_ = true;
+      const std::vector<int> failed = FailedPeers(comm_, rc);
+      if (!failed.empty()) {
+        return Status::Unavailable(
+            "rank " + std::to_string(rank_) + " lost its peer " +
+            (failed.size() == 1 ? "rank " + std::to_string(failed[0])
+                                : "ranks " + RankListString(failed)) +
+            " in " + what + ": MPI reports that process failed (MPI_ERR_PROC_FAILED). tfring "
+            "has stopped; this job cannot continue.");
+      }
       return MpiStatus(rc, what, __FILE__, __LINE__);
     }
     if (done) {
