@@ -33,6 +33,7 @@ class ProcessSet:
             raise ValueError(f"Ranks of a ProcessSet are >= 0. Received: {ranks}")
         self._ranks = sorted(ranks)
         self.process_set_id = None  # Horovod's id, set by add_process_set
+        self._removed = False  # by remove_process_set: using it is a mistake, as in Horovod
 
     @property
     def ranks(self):
@@ -64,6 +65,7 @@ class ProcessSet:
         """The ops' `process_set` attribute, checked as _op_kwargs says: () for all ranks."""
         if self._ranks is None:
             return ()
+        self._check_registration(what)
         if runtime.is_initialized():
             size, me = runtime.size(), runtime.rank()
             if self._ranks[-1] >= size:
@@ -76,6 +78,18 @@ class ProcessSet:
             if len(self._ranks) == size:
                 return ()
         return list(self._ranks)
+
+    def _check_registration(self, what):
+        """Horovod's ValueErrors for a set whose registration is wrong: one removed with
+        remove_process_set, or one whose process_set_id no registered set has. (A set that
+        was never registered is fine: tfring needs no registration.)"""
+        if self._removed:
+            raise ValueError(f"{what}: process set {self._ranks} was removed with "
+                             "remove_process_set; add it again (add_process_set) to use it.")
+        if self.process_set_id is not None and _registered.get(self.process_set_id) is not self:
+            raise ValueError(f"{what}: process set {self._ranks} has process_set_id="
+                             f"{self.process_set_id}, which no registered process set has "
+                             "(an id is given by add_process_set).")
 
     def __eq__(self, other):
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
@@ -104,17 +118,27 @@ _registered = {}
 
 def add_process_set(process_set):
     """Horovod's registration call: returns the ProcessSet (made from a list of ranks if
-    given one), with its `process_set_id` set (the same id again for a set registered
-    before). tfring needs no registration; the set's communicators are made on first use."""
+    given one), with its `process_set_id` set. tfring needs no registration; the set's
+    communicators are made on first use.
+
+    Raises:
+        ValueError, as Horovod: the ranks are already registered (in any order; all ranks
+            are the global set's), or name ranks the job does not have.
+    """
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    if runtime.is_initialized() and ps.ranks[-1] >= runtime.size():
-        raise ValueError(f"process set {ps.ranks} names ranks the job does not have "
-                         f"(size {runtime.size()}).")
+    if runtime.is_initialized():
+        if ps.ranks[-1] >= runtime.size():
+            raise ValueError(f"process set {ps.ranks} names ranks the job does not have "
+                             f"(size {runtime.size()}).")
+        if ps.ranks == list(range(runtime.size())):
+            raise ValueError(f"Attempted to add a duplicate process set: {ps.ranks} is the "
+                             "global process set (all ranks).")
     for set_id, known in _registered.items():
         if known == ps:
-            ps.process_set_id = set_id
-            return ps
+            raise ValueError(f"Attempted to add a duplicate process set: {ps.ranks} is "
+                             f"registered already, with process_set_id={set_id}.")
     ps.process_set_id = max(_registered, default=0) + 1
+    ps._removed = False
     _registered[ps.process_set_id] = ps
     return ps
 
@@ -127,7 +151,14 @@ def remove_process_set(process_set):
         return False
     del _registered[set_id]
     process_set.process_set_id = None
+    process_set._removed = True
     return True
+
+
+def is_registered(process_set):
+    """Whether `process_set` (the object itself) holds a registered id."""
+    set_id = getattr(process_set, "process_set_id", None)
+    return set_id is not None and _registered.get(set_id) is process_set
 
 
 def by_id(process_set_id):

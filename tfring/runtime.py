@@ -67,9 +67,12 @@ def init(comm=None, process_sets=None):
         atexit.register(lib.tfring_atexit)
         _atexit_registered = True
     if process_sets and process_sets != "dynamic":
-        from tfring.process_sets import add_process_set
+        from tfring.process_sets import add_process_set, is_registered
         for ps in process_sets:
-            add_process_set(ps)
+            # Registrations outlive shutdown(): a script that calls init again with the same
+            # sets finds them registered, which is no duplicate.
+            if not is_registered(ps):
+                add_process_set(ps)
 
 
 def _world_choice(comm):

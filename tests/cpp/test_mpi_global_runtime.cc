@@ -87,17 +87,14 @@ TFRING_TEST(GlobalRuntime, EnqueueRacingShutdownCompletesEveryEntryOnce) {
     stop = true;
     for (std::thread& thread : threads) thread.join();
     ASSERT_TRUE(!Runtime().initialized());
-    int completed = 0, failed = 0;
+    // Every entry completes (none past the deadline), and fails: none could pair. One that
+    // completed twice would have set its promise twice, which throws and ends the test.
     for (const OpPtr& op : ops) {
       const Status s = WaitFor(op, 20.0);
       ASSERT_TRUE(s.code() != StatusCode::kDeadlineExceeded)
           << op->name << " never completed after shutdown (round " << round << ")";
-      ++completed;
-      if (!s.ok()) ++failed;
+      EXPECT_TRUE(!s.ok()) << op->name << ": an unpaired entry cannot succeed";
     }
-    EXPECT_EQ(completed, static_cast<int>(ops.size()));
-    EXPECT_EQ(failed, completed) << "unpaired entries cannot succeed";
-    EXPECT_TRUE(!ops.empty());
   }
   // The runtime starts again and works: a collective every rank makes.
   InitOrDie();

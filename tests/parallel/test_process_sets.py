@@ -30,15 +30,17 @@ def test_process_set_api(rank, size, my_set):
     assert tfring.global_process_set.ranks == list(range(size))
     assert tfring.global_process_set.size() == size
     assert tfring.ProcessSet([2, 0]).ranks == [0, 2]
-    registered = tfring.add_process_set([1, 0])
-    assert registered == tfring.ProcessSet([0, 1]) and registered.process_set_id > 0
-    assert tfring.add_process_set(tfring.ProcessSet([0, 1])).process_set_id == \
-        registered.process_set_id
-    # Horovod's id-taking ops.
-    assert int(tfring.size_op(registered.process_set_id)) == 2
-    assert int(tfring.process_set_included_op(registered.process_set_id)) == int(rank < 2)
     assert int(tfring.size_op()) == size and int(tfring.process_set_included_op()) == 1
-    assert tfring.remove_process_set(registered) and registered.process_set_id is None
+    if size == 2:  # [0, 1] is then the global set: a duplicate, as in Horovod
+        with pytest.raises(ValueError, match="duplicate process set"):
+            tfring.add_process_set([1, 0])
+    else:
+        registered = tfring.add_process_set([1, 0])
+        assert registered == tfring.ProcessSet([0, 1]) and registered.process_set_id > 0
+        # Horovod's id-taking ops.
+        assert int(tfring.size_op(registered.process_set_id)) == 2
+        assert int(tfring.process_set_included_op(registered.process_set_id)) == int(rank < 2)
+        assert tfring.remove_process_set(registered) and registered.process_set_id is None
     assert not tfring.remove_process_set(my_set)  # never registered
     with pytest.raises(ValueError, match="no process set has process_set_id"):
         tfring.size_op(12345)
@@ -156,6 +158,33 @@ def test_gradients_stay_in_the_set(rank, my_set):
     # Horovod's definitions, within the set: the allreduce's gradient sums the members' (2
     # each), the allgather's averages them (3).
     np.testing.assert_array_equal(dx.numpy(), np.full(3, 2.0 * my_set.size() + 3.0))
+
+
+def test_registration_misuse_raises_horovods_value_error(rank, size):
+    # As Horovod's process-set tests: duplicates (in any order; all ranks are the global
+    # set), a removed set, and an id no registered set has are ValueErrors, raised on the
+    # caller's rank before anything reaches the other ranks.
+    last = tfring.add_process_set(range(1, size))
+    with pytest.raises(ValueError, match="duplicate process set"):
+        tfring.add_process_set(range(size - 1, 0, -1))
+    with pytest.raises(ValueError, match="duplicate process set"):
+        tfring.add_process_set(range(size))
+    assert tfring.remove_process_set(last) and not tfring.remove_process_set(last)
+    assert not tfring.remove_process_set(tfring.global_process_set)
+    if rank != 0:
+        with pytest.raises(ValueError, match="was removed with remove_process_set"):
+            tfring.allreduce(tf.ones(2), process_set=last)
+    fake = tfring.ProcessSet([0])
+    fake.process_set_id = 10
+    with pytest.raises(ValueError, match="process_set_id=10, which no registered"):
+        tfring.allreduce(tf.ones(2), process_set=fake)
+    # Added again, the removed set works.
+    again = tfring.add_process_set(last)
+    assert again is last and last.process_set_id is not None
+    if rank != 0:
+        got = tfring.allreduce(tf.ones(2), op=tfring.Sum, process_set=last)
+        np.testing.assert_array_equal(got, [size - 1.0] * 2)
+    assert tfring.remove_process_set(last)
 
 
 def test_set_errors(rank, size, my_set):
