@@ -160,6 +160,39 @@ def test_gradients_stay_in_the_set(rank, my_set):
     np.testing.assert_array_equal(dx.numpy(), np.full(3, 2.0 * my_set.size() + 3.0))
 
 
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize("op_name", ["Sum", "Average"])
+def test_reducescatter_gradient_in_set(op_name, dtype, mode, rank, my_set):
+    # Horovod's definition: the upstream gradient of every member's block, gathered, times
+    # the set's size for Sum. Upstream ones: the gradient is exactly the set size (Sum) or 1
+    # (Average) everywhere, in float16 too (small integers are exact there).
+    op = {"Sum": tfring.Sum, "Average": tfring.Average}[op_name]
+    n = my_set.size()
+    for dims in (1, 2, 3):
+        shape = [4 * n] + [3] * (dims - 1)
+        values = rank_input(rank, shape, dtype)
+
+        def grad_of(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                out = tfring.reducescatter(x, op=op, process_set=my_set)
+            assert out.shape[0] == 4
+            return tape.gradient(out, x, output_gradients=tf.ones_like(out))
+
+        if mode == "eager":
+            got = grad_of(tf.constant(values)).numpy()
+        else:
+            with tf.Graph().as_default():
+                x = tf.constant(values)
+                out = tfring.reducescatter(x, op=op, process_set=my_set)
+                g = tf.gradients(out, x, grad_ys=tf.ones_like(out))[0]
+                with tf.compat.v1.Session() as session:
+                    got = session.run(g)
+        assert got.dtype == values.dtype and got.shape == tuple(shape)
+        np.testing.assert_array_equal(got, np.full(shape, n if op_name == "Sum" else 1.0))
+
+
 def test_registration_misuse_raises_horovods_value_error(rank, size):
     # As Horovod's process-set tests: duplicates (in any order; all ranks are the global
     # set), a removed set, and an id no registered set has are ValueErrors, raised on the
