@@ -96,7 +96,9 @@ TFRING_TEST(DevicePath, StagedAllgatherUnevenAndBroadcast) {
 }
 
 // The producer writes the input after the op was submitted; the executor must wait for the
-// ready event before it reads (as NCCL's stream waits for TF's event).
+// ready event before it reads (as NCCL's stream waits for TF's event). The values catch a
+// read before the write only when the executor is quick; the counters catch a read without
+// the wait whatever the timing.
 TFRING_TEST(DevicePath, WaitsForTheProducersEvent) {
   FakeDeviceMemory::Counters counters;
   InprocJob job(2, TestOptions(), &counters);
@@ -111,6 +113,8 @@ TFRING_TEST(DevicePath, WaitsForTheProducersEvent) {
     event.ready.store(true, std::memory_order_release);
     ExpectAllreduced(p, ReduceOp::kSum, 2, 5);
   });
+  EXPECT_EQ(counters.waits.load(), 2);  // each rank's input waited for ...
+  EXPECT_EQ(counters.unwaited_reads.load(), 0);  // ... before it was read
 }
 
 TFRING_TEST(DevicePath, HostOnOneRankGpuOnAnotherIsAMismatch) {

@@ -57,6 +57,37 @@ def test_tape_options(rank, size, options):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def collective_ops(**tape_options):
+    """The tfring ops a tf.function's DistributedGradientTape builds, as (type, number of
+    inputs, prescale_factor)."""
+    variables = make_variables(seed=1)
+
+    @tf.function
+    def grads(x, ids, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(variables, x, ids, y)
+        return tfring.DistributedGradientTape(tape, **tape_options).gradient(loss, variables)
+
+    graph = grads.get_concrete_function(tf.TensorSpec([None, 6]), tf.TensorSpec([None], tf.int64),
+                                        tf.TensorSpec([None, 1])).graph
+    return [(op.type, len(op.inputs),
+             op.get_attr("prescale_factor") if "prescale_factor" in op.node_def.attr else None)
+            for op in graph.get_operations() if op.type in ("TfringAllreduce",
+                                                           "TfringGroupedAllreduce")]
+
+
+def test_groups_and_predivide_reach_the_ops(rank, size):
+    # Results alone cannot show these options at work (ignoring them gives the same
+    # weights): the ops the tape builds do. 3 dense gradients (the embedding's is gathered).
+    assert [(t, n) for t, n, _ in collective_ops()] == [("TfringAllreduce", 1)] * 3
+    grouped = collective_ops(groups=2)
+    assert sorted(n for t, n, _ in grouped) == [1, 2], grouped
+    assert all(t == "TfringGroupedAllreduce" for t, _, _ in grouped), grouped
+    # Horovod's definition: each rank's gradient divided by the factor before the sum.
+    predivided = collective_ops(gradient_predivide_factor=2.0)
+    assert len(predivided) == 3 and all(p == 0.5 for _, _, p in predivided), predivided
+
+
 @pytest.mark.parametrize("use_function", [False, True], ids=["eager", "function"])
 def test_tape_accumulation_equals_a_larger_batch(rank, size, use_function):
     # 2 passes per update, averaged (the embedding's sparse gradient goes into a dense sum):
