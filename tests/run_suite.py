@@ -30,7 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, "build", "test-logs")
 BIN = os.path.dirname(sys.executable)
 MPIRUN = [os.path.join(BIN, "mpirun"), "--oversubscribe"]
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q", "-rs"]
+# --durations: each stage's log lists its slowest tests, so that the suite's time is seen.
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q", "-rs",
+          "--durations=15"]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 

@@ -16,7 +16,10 @@ namespace testing {
 namespace {
 
 constexpr int kSizes[] = {2, 3};
-constexpr double kGapSeconds = 0.5;
+// Long enough that "started at once" (under half the gap) keeps a second of margin for a
+// busy machine's scheduling, while "waited for the gap" (at least 0.9 of it) cannot be
+// reached by noise, which only ever adds time.
+constexpr double kGapSeconds = 2.0;
 
 // A batch gap far longer than any cycle, so that waiting for it shows.
 Options LongGap() {

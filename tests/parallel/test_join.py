@@ -96,13 +96,15 @@ def test_broadcast_from_a_joined_root_fails_on_every_remaining_rank(rank, size):
 
 def test_joined_rank_cannot_submit(rank, size):
     if rank != 0:
-        time.sleep(1.0)
+        time.sleep(3.0)
         _agreed_last_after_rank_0(tfring.join(), size)
         return
     result = {}
     joiner = threading.Thread(target=lambda: result.update(last=tfring.join()))
     joiner.start()
-    time.sleep(0.5)  # the runtime takes the join within a cycle (well under a millisecond)
+    # The thread's join reaches the runtime within milliseconds; 2 s leaves a loaded machine
+    # time to schedule it (a probe queued before it would not fail).
+    time.sleep(2.0)
     with pytest.raises(tf.errors.FailedPreconditionError, match="rank 0 has joined"):
         tfring.allreduce(tf.ones(1), name="join.probe")
     joiner.join(60)
