@@ -48,7 +48,7 @@ from tfring.runtime import (  # noqa: E402
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
     is_homogeneous, is_initialized, local_rank, local_rank_op, local_size, local_size_op,
     mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built,
-    process_set_included_op, rank, rank_op, rocm_built, shutdown, size, size_op,
+    process_set_included_op, rank, rank_op, rocm_built, shutdown, sycl_built, size, size_op,
     start_timeline, stop_timeline)
 
 __version__ = "0.1.0"
@@ -58,7 +58,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_version",
     "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
-    "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "gloo_enabled", "ccl_built", "ddl_built", "rocm_built", "sycl_built",
     "start_timeline", "stop_timeline", "size_op", "rank_op", "local_size_op", "local_rank_op",
     "process_set_included_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",

@@ -267,6 +267,11 @@ def rocm_built():
     return False
 
 
+def sycl_built():
+    """SYCL (Intel GPUs; Horovod's examples after 0.28 ask) is not built into tfring."""
+    return False
+
+
 def is_homogeneous():
     """Whether every host runs the same number of ranks (Horovod's definition)."""
     return size() == local_size() * cross_size()

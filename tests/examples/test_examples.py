@@ -11,11 +11,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 
-def run_example(script, *args, timeout=300):
+def run_example(script, *args, timeout=300, folder="examples", env=None):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               TF_CPP_MIN_LOG_LEVEL="2")
+               TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", sys.executable,
-                           os.path.join(ROOT, "examples", script), *args],
+                           os.path.join(ROOT, folder, script), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -49,3 +49,27 @@ def test_keras_fit(tmp_path):
 def test_collectives_walkthrough():
     out = run_example("collectives_walkthrough.py")
     assert "OK" in out and "WRONG" not in out, out
+
+
+# Horovod's synthetic benchmarks' patterns (tests/examples/_horovod_style_*.py), on tf_keras
+# as a Horovod user's scripts run: with their flags --fp16-allreduce and --use-adasum.
+def run_horovod_style(script, *args):
+    return run_example(script, *args, folder=os.path.join("tests", "examples"),
+                       env={"TF_USE_LEGACY_KERAS": "1"})
+
+
+def test_horovod_style_tf2_tape_and_fit_with_fp16_compression():
+    out = run_horovod_style("_horovod_style_tf2.py", "--fp16-allreduce")
+    for pattern in ("custom loop", "fit"):
+        assert f"{pattern}: identical on all ranks: True" in out, out
+        assert f"{pattern}: loss fell: True" in out, out
+
+
+def test_horovod_style_tf1_session_order():
+    out = run_horovod_style("_horovod_style_tf1.py")
+    assert "tf1: identical on all ranks: True" in out and "tf1: loss fell: True" in out, out
+
+
+def test_horovod_style_tf1_session_order_with_adasum_and_fp16():
+    out = run_horovod_style("_horovod_style_tf1.py", "--use-adasum", "--fp16-allreduce")
+    assert "tf1: identical on all ranks: True" in out and "tf1: loss fell: True" in out, out

@@ -19,7 +19,7 @@ from tfring.process_sets import (  # noqa: F401
 from tfring.runtime import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
-    nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+    nccl_built, rank, rocm_built, shutdown, sycl_built, size, start_timeline, stop_timeline)
 from tfring.keras import callbacks  # noqa: F401
 from tfring.keras._values import allgather, allreduce, broadcast, reducescatter  # noqa: F401
 from tfring.keras.optimizer import (  # noqa: F401
@@ -29,7 +29,7 @@ from tfring.keras.optimizer import (  # noqa: F401
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built",
-    "gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built", "sycl_built",
     "mpi_threads_supported", "start_timeline", "stop_timeline",
     "Average", "Sum", "Min", "Max", "Product", "Compression",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
