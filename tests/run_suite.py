@@ -1,7 +1,7 @@
 """Runs the whole test suite, stage by stage, and ends with one line:
 `suite: N passed, N failed, N skipped`.
 
-Stages: native runtime tests (threads as ranks; then MPI at 2 and 3 ranks; NCCL at one rank
+Stages: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL at one rank
 per GPU, skipped with the reason where there is none), the same native tests built with
 AddressSanitizer+UBSan and with ThreadSanitizer, unit tests (one process), parallel tests
 under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
