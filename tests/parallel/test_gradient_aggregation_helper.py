@@ -44,10 +44,16 @@ def test_eager_reduces_every_second_pass(average, rank, size):
     assert applied == [2]
 
 
-def test_tf1_graph_applies_on_update_steps(rank, size):
+@pytest.mark.parametrize("init_first", [False, True], ids=["graph_first", "init_first"])
+def test_tf1_graph_applies_on_update_steps(init_first, rank, size):
+    # init_first: the initializers ran before the helper made its sums (Horovod's TF1
+    # benchmark order); they initialize themselves on the first run.
     with tf.Graph().as_default():
         w = v1.get_variable("w", initializer=tf.constant([1.0, 1.0], tf.float64),
                             use_resource=True)
+        session = v1.Session()
+        if init_first:
+            session.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
         step = v1.placeholder(tf.float64, [])
         grad = tf.stack([tf.constant(rank + 1.0, tf.float64), step])
         helper = Helper(2, sum_over_ranks, False, False, rank,
@@ -55,8 +61,10 @@ def test_tf1_graph_applies_on_update_steps(rank, size):
         grads = helper.compute_gradients([grad], [w])
         opt = v1.train.GradientDescentOptimizer(0.5)
         train_op = helper.apply_gradients(lambda: opt.apply_gradients([(grads[0], w)]), opt)
-        with v1.Session() as session:
-            session.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+        with session:
+            if not init_first:
+                session.run([v1.global_variables_initializer(),
+                             v1.local_variables_initializer()])
             session.run(train_op, {step: 1.0})
             np.testing.assert_allclose(session.run(w), [1.0, 1.0])
             session.run(train_op, {step: 2.0})
