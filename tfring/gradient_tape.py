@@ -85,8 +85,12 @@ class DistributedGradientTape:
         """Horovod's: `source`'s gradient stays this rank's own (not reduced over ranks)."""
         self._local_sources.add(source)
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
-        """The wrapped tape's gradients, reduced over ranks; same structure as `sources`."""
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
+                 **kwargs):
+        """The wrapped tape's gradients, reduced over ranks; same structure as `sources`.
+        `use_generic_names` is Horovod's, accepted for its scripts: tfring names the
+        reductions after the gradients' positions either way."""
+        del use_generic_names
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     **kwargs)
         flat_sources = tf.nest.flatten(sources)
@@ -103,6 +107,18 @@ class DistributedGradientTape:
                     **self._reduce_options))
         out = tf.nest.pack_sequence_as(grads, reduced)
         return list(out) if type(sources) is tuple else out  # Horovod returns a list
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """Horovod's: gradient()'s results split in two lists of (source, gradient): the
+        sources registered as local (register_local_source, a Partial tape's local layers),
+        then the others, each in the order of `sources`."""
+        grads = self.gradient(target, sources, output_gradients=output_gradients,
+                              use_generic_names=use_generic_names)
+        local, shared = [], []
+        for source, grad in zip(tf.nest.flatten(sources), tf.nest.flatten(grads)):
+            (local if source in self._local_sources else shared).append((source, grad))
+        return local, shared
 
     def apply_gradients(self, optimizer, grads_and_vars):
         """`optimizer.apply_gradients(grads_and_vars)`, on update steps only.

@@ -59,6 +59,27 @@ def test_partial_tape_leaves_local_layers_alone(scale, rank, size):
         np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_local_and_global_gradients_split_by_source(rank, size):
+    # Horovod's get_local_and_global_gradients: gradient()'s results as two lists of
+    # (source, gradient) pairs, the local layer's sources first, each in the sources' order.
+    model, shared, local = _model(seed=1)
+    x, y = _data(rank)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    tape = tfring.PartialDistributedGradientTape(tape, local_layers=[local])
+    local_pairs, global_pairs = tape.get_local_and_global_gradients(
+        loss, model.trainable_variables)
+    assert [s for s, _ in local_pairs] == list(local.trainable_weights)
+    assert [s for s, _ in global_pairs] == list(shared.trainable_weights)
+    plain = dict(zip((id(v) for v in model.trainable_variables), _plain_gradients(model, x, y)))
+    everyone = [_plain_gradients(model, *_data(r)) for r in range(size)]
+    for source, grad in local_pairs:  # this rank's own, divided by the size
+        np.testing.assert_allclose(grad.numpy(), plain[id(source)] / size, rtol=1e-5)
+    for i, (source, grad) in enumerate(global_pairs):  # the shared layer comes first
+        np.testing.assert_allclose(grad.numpy(), np.mean([g[i] for g in everyone], axis=0),
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_register_local_source_and_context_manager(rank, size):
     w = tf.Variable([float(rank + 1)])
     v = tf.Variable([2.0])

@@ -69,30 +69,38 @@ def test_accumulation_equals_a_larger_batch(rank, size, make_optimizer):
 
 
 @pytest.mark.parametrize("average", [True, False])
+@pytest.mark.parametrize("aggregate_in_apply", [True, False], ids=["apply_reduces", "no_agg"])
 @pytest.mark.parametrize("legacy", [False, True], ids=["optimizer", "legacy"])
-def test_accumulation_counts_every_pass_as_horovod(rank, size, legacy, average):
+def test_accumulation_counts_every_pass_as_horovod(rank, size, legacy, aggregate_in_apply,
+                                                   average):
     # Horovod's own loop on tf_keras: _compute_gradients then apply_gradients in a
-    # tf.function, 4 passes per update, 10 calls. loss = x - y[0] on rank r's scale r + 1:
-    # dloss/dx = 1, dloss/dy = [-(r + 1), 0], so each update moves x by -lr * g and y[0] by
-    # +lr * mean(r + 1) * g, with g the pass count N (or 1 when averaged).
+    # tf.function, 4 passes per update, 10 calls; "no_agg" passes apply_gradients the flag
+    # that turns tf_keras's aggregation off, as Horovod's tests do. loss = x - (r + 1) y[0]
+    # on rank r: dloss/dx = 1, dloss/dy = [-(r + 1), 0]. x is registered local: its gradient
+    # is not reduced but divided by the size. Each update moves x by -lr * g / size and
+    # y[0] by +lr * mean(r + 1) * g, with g the pass count N (or 1 when averaged).
     passes, calls, lr = 4, 10, 0.5
     make = keras.optimizers.legacy.SGD if legacy else keras.optimizers.SGD
     opt = hvd.DistributedOptimizer(make(lr), backward_passes_per_step=passes,
                                    average_aggregated_gradients=average)
     x, y = tf.Variable([0.0]), tf.Variable([1.0, 2.0])
+    opt.register_local_var(x)
+    flag = {} if aggregate_in_apply else (
+        {"experimental_aggregate_gradients": False} if legacy else
+        {"skip_gradients_aggregation": True})
 
     def loss():
         return x - float(rank + 1) * tf.gather(y, [0])
 
     @tf.function
     def step():
-        opt.apply_gradients(opt._compute_gradients(loss, var_list=[x, y]))
+        opt.apply_gradients(opt._compute_gradients(loss, var_list=[x, y]), **flag)
 
     for call in range(calls):
         step()
         updates = (call + 1) // passes
         g = 1.0 if average else float(passes)
-        np.testing.assert_allclose(x.numpy(), [-lr * g * updates])
+        np.testing.assert_allclose(x.numpy(), [-lr * g / size * updates])
         mean_scale = sum(r + 1 for r in range(size)) / size
         np.testing.assert_allclose(y.numpy(), [1.0 + lr * g * mean_scale * updates, 2.0])
         assert int(opt.iterations) == call + 1

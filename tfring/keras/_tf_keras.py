@@ -106,12 +106,17 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     target._compute_gradients = compute_gradients
     if accumulating:
         _hook_accumulation(optimizer, int(backward_passes_per_step),
-                           average_aggregated_gradients)
+                           average_aggregated_gradients, aggregate, reduced_already)
     setattr(optimizer, _MARK, True)
     return optimizer
 
 
-def _hook_accumulation(optimizer, passes, average):
+def _hook_accumulation(optimizer, passes, average, aggregate, reduced_already):
+    """Replaces optimizer.apply_gradients: sums passes locally; on every `passes`-th call
+    reduces the sums with `aggregate` and applies them. The reduction happens here, not in
+    the original apply_gradients, which skips its aggregation when a script passes
+    experimental_aggregate_gradients=False (Horovod's pattern after _compute_gradients);
+    `reduced_already` tells the hooked aggregation not to reduce them again."""
     original_apply = optimizer.apply_gradients
     accumulator = _accumulation.GradientAccumulator(passes, average)
     optimizer._agg_helper = accumulator  # Horovod's name: scripts read its `counter`
@@ -126,7 +131,10 @@ def _hook_accumulation(optimizer, passes, average):
 
         def update():
             totals = accumulator.totals(grads)
-            original_apply([(t, v) for t, v in zip(totals, variables)], *args, **kwargs)
+            reduced = aggregate(list(zip(totals, variables)))
+            reduced_already[:] = [g for g, _ in reduced if g is not None]
+            original_apply(reduced, *args, **kwargs)
+            reduced_already.clear()  # also where the original apply did not aggregate
             accumulator.reset_after(totals)
             return tf.no_op()
 
