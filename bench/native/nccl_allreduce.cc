@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cpp/gpu_ranks.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
     g_mpi.Finalize();
     return 0;
   }
-  const int device = layout.local_rank;
+  std::string no_device;
+  const int device = testing::TestDevice(layout.local_rank, layout.local_size, &no_device);
+  Check(device >= 0, no_device.c_str());
   Check(cudaSetDevice(device) == cudaSuccess, "cudaSetDevice");
   const int64_t bytes = mib << 20, count = bytes / 4, per_tensor = count / tensors;
   Check(per_tensor > 0, "splitting the MiB into that many tensors");

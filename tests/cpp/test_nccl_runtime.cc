@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/cpp/collective_util.h"
+#include "tests/cpp/gpu_ranks.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
@@ -77,12 +78,8 @@ class NcclEnvironment : public Environment {
     if (!s.ok()) Die(s);
     SetLogRank(g_layout.rank);
     std::string skip = CudaUnavailableReason();
-    int count = 0;
-    if (skip.empty() && cudaGetDeviceCount(&count) == cudaSuccess &&
-        count < g_layout.local_size) {
-      skip = std::to_string(g_layout.local_size) + " ranks on this host but only " +
-             std::to_string(count) + " GPU(s); NCCL needs one GPU per rank";
-    }
+    int device = -1;
+    if (skip.empty()) device = TestDevice(g_layout.local_rank, g_layout.local_size, &skip);
     // Every rank skips if any rank must.
     int mine = skip.empty() ? 0 : 1, any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -94,7 +91,7 @@ class NcclEnvironment : public Environment {
     // use): the error test below relies on it.
     setenv("NCCL_CHECK_POINTERS", "1", 0);
     setenv("NCCL_CHECK_MODE", "DEBUG_LOCAL", 0);
-    g_device = g_layout.local_rank;
+    g_device = device;
     if (cudaSetDevice(g_device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&g_producer, cudaStreamNonBlocking) != cudaSuccess) {
       Die(Status::Internal("cannot use GPU " + std::to_string(g_device)));
@@ -394,7 +391,11 @@ TFRING_TEST(NcclRuntime, BatchedCopyEverySizeAndAlignment) {
   }
   char* src = static_cast<char*>(DeviceAlloc(src_total));
   char* dst = static_cast<char*>(DeviceAlloc(dst_total));
-  ASSERT_TRUE(cudaMemcpy(src, src_host.data(), src_total, cudaMemcpyHostToDevice) == cudaSuccess);
+  // Every step on the producer stream, the copier's: cudaMemcpy and cudaMemset run on the
+  // legacy default stream, which does not order work on a non-blocking stream, so the
+  // copies could read the source before it landed or be overwritten by the fill after.
+  ASSERT_TRUE(cudaMemcpyAsync(src, src_host.data(), src_total, cudaMemcpyHostToDevice,
+                              g_producer) == cudaSuccess);
   std::vector<DeviceCopy> copies;
   for (int i = 0; i < copies_wanted; ++i) copies.push_back({dst + dst_at[i], src + src_at[i], bytes[i]});
   for (bool use_kernel : {true, false}) {
@@ -404,7 +405,7 @@ TFRING_TEST(NcclRuntime, BatchedCopyEverySizeAndAlignment) {
     if (use_kernel && !copier.kernel_loaded()) {
       std::printf("batched-copy kernel not loaded: %s\n", copier.fallback_reason().c_str());
     }
-    ASSERT_TRUE(cudaMemset(dst, 0xEE, dst_total) == cudaSuccess);
+    ASSERT_TRUE(cudaMemsetAsync(dst, 0xEE, dst_total, g_producer) == cudaSuccess);
     const Status s = copier.Copy(copies, g_producer);
     EXPECT_TRUE(s.ok());
     ASSERT_TRUE(cudaStreamSynchronize(g_producer) == cudaSuccess);

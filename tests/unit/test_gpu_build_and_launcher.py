@@ -154,3 +154,18 @@ def test_tfringrun_exports_settings_to_every_rank(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("threshold 1048576 3.0") == 2
     assert "tfringrun: " in proc.stderr and " -x TFRING_FUSION_THRESHOLD" in proc.stderr
+
+
+def test_gpu_ranks_launcher_gives_each_rank_a_nccl_host_of_its_own():
+    # tools/gpu_ranks.sh: N ranks, each with its own NCCL_HOSTID, the shared-GPU switch and
+    # NCCL's socket transport exported to every rank (the GPU run itself needs a GPU).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, MPIRUN=os.path.join(os.path.dirname(sys.executable), "mpirun"),
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    show = ("import os; print(' '.join(os.environ.get(k, '-') for k in ('NCCL_HOSTID', "
+            "'TFRING_TEST_SHARE_GPU', 'NCCL_NET', 'NCCL_SOCKET_IFNAME', 'NCCL_P2P_DISABLE')))")
+    out = subprocess.run([os.path.join(root, "tools", "gpu_ranks.sh"), "3", sys.executable,
+                          "-c", show], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = sorted(out.stdout.split("\n")[:-1])
+    assert lines == [f"tfring-rank-{r} 1 Socket lo 1" for r in range(3)], out.stdout
