@@ -9,7 +9,8 @@ tests the same gradients. The object stays what it was (an Adam stays an Adam), 
 and loading need nothing of tfring; tfring.keras.load_model hooks the loaded optimizer.
 
 backward_passes_per_step > 1 also replaces `apply_gradients` on the object: gradients are
-summed locally and the original apply_gradients runs (and reduces) every Nth call only. As
+summed locally, and every Nth call they are reduced and the original apply_gradients applies
+them. As
 Horovod on tf_keras, every pass counts in `optimizer.iterations` (the passes that apply
 nothing add 1 themselves), so learning-rate schedules and Adam's bias correction see passes,
 and `optimizer._agg_helper.counter` is the number of passes since the last update.
