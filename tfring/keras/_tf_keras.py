@@ -10,10 +10,9 @@ and loading need nothing of tfring; tfring.keras.load_model hooks the loaded opt
 
 backward_passes_per_step > 1 also replaces `apply_gradients` on the object: gradients are
 summed locally, and every Nth call they are reduced and the original apply_gradients applies
-them. As
-Horovod on tf_keras, every pass counts in `optimizer.iterations` (the passes that apply
-nothing add 1 themselves), so learning-rate schedules and Adam's bias correction see passes,
-and `optimizer._agg_helper.counter` is the number of passes since the last update.
+them. As Horovod on tf_keras, every pass counts in `optimizer.iterations` (the passes that
+apply nothing add 1 themselves), so learning-rate schedules and Adam's bias correction see
+passes, and `optimizer._agg_helper.counter` is the number of passes since the last update.
 """
 
 import os
