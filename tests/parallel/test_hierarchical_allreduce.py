@@ -15,7 +15,7 @@ from _util import rank_input
 
 def _restart(env):
     tfring.shutdown()
-    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TIMELINE"):
+    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TIMELINE", "TFRING_TEST_RANKS_PER_HOST"):
         os.environ.pop(k, None)
     os.environ.update(env)
     tfring.init()
@@ -57,3 +57,26 @@ def test_hierarchical_equals_flat(timeline_path, rank, size):
             phases = {e.get("name") for e in json.load(f) if e.get("ph") == "B"}
         assert "MPI_HIERARCHICAL_ALLREDUCE" in phases, phases
         assert "MPI_ALLREDUCE" not in phases
+
+
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_hierarchical_across_hosts_made_by_the_test_override(per_host, timeline_path, rank,
+                                                              size):
+    # TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks on this machine, so
+    # the step across hosts really runs: k=1 puts each rank on a host of its own; k=2 at 3
+    # ranks makes hosts of unequal size ({0, 1} and {2}).
+    flat = _reduce_all("flat.hosts")
+    _restart({"TFRING_HIERARCHICAL_ALLREDUCE": "1", "TFRING_TIMELINE": timeline_path,
+              "TFRING_TEST_RANKS_PER_HOST": str(per_host)})
+    hosts = [list(range(h, min(h + per_host, size))) for h in range(0, size, per_host)]
+    mine = next(h for h in hosts if rank in h)
+    assert tfring.local_size() == len(mine) and tfring.local_rank() == mine.index(rank)
+    assert tfring.cross_size() == sum(1 for h in hosts if len(h) > tfring.local_rank())
+    hierarchical = _reduce_all("hier.hosts")
+    tfring.stop_timeline()
+    for f, h in zip(flat, hierarchical):
+        np.testing.assert_array_equal(f, h)
+    if rank == 0:
+        with open(timeline_path) as f:
+            phases = {e.get("name") for e in json.load(f) if e.get("ph") == "B"}
+        assert "MPI_HIERARCHICAL_ALLREDUCE" in phases, phases

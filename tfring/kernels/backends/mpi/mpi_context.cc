@@ -6,13 +6,33 @@
 #include "tfring/kernels/core/message.h"
 
 namespace tfring {
+namespace {
+
+// The ranks of `parent` on this rank's host, in rank order: MPI's shared-memory split. For
+// tests only, TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks instead, so
+// that hierarchical paths (reduce within a host, then across hosts) run on one machine.
+// Read here, at each split, not with the other settings: it changes what MPI reports, not
+// how tfring runs, and every rank must set it alike.
+Status SplitByHost(MPI_Comm parent, int rank, MPI_Comm* local) {
+  const char* raw = std::getenv("TFRING_TEST_RANKS_PER_HOST");
+  const int per_host = raw != nullptr ? std::atoi(raw) : 0;
+  if (per_host > 0) {
+    TFRING_MPI_CHECK(MPI_Comm_split(parent, rank / per_host, rank, local));
+  } else {
+    TFRING_MPI_CHECK(
+        MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, local));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status MpiContext::ComputeLayout() {
   ProcessLayout* l = &layout_;
   TFRING_MPI_CHECK(MPI_Comm_rank(world_, &l->rank));
   TFRING_MPI_CHECK(MPI_Comm_size(world_, &l->size));
   MPI_Comm local, cross;
-  TFRING_MPI_CHECK(
-      MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, &local));
+  TFRING_RETURN_IF_ERROR(SplitByHost(world_, l->rank, &local));
   TFRING_MPI_CHECK(MPI_Comm_rank(local, &l->local_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(local, &l->local_size));
   TFRING_MPI_CHECK(MPI_Comm_split(world_, l->local_rank, l->rank, &cross));
@@ -133,8 +153,7 @@ Status MpiContext::DupWorld(MPI_Comm* comm) const {
 }
 
 Status MpiContext::SplitLocal(MPI_Comm* comm) const {
-  TFRING_MPI_CHECK(
-      MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, layout_.rank, MPI_INFO_NULL, comm));
+  TFRING_RETURN_IF_ERROR(SplitByHost(world_, layout_.rank, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
   return Status::OK();
 }
@@ -150,8 +169,7 @@ Status MpiContext::SplitWithin(MPI_Comm parent, MPI_Comm* dup, MPI_Comm* local, 
   TFRING_MPI_CHECK(MPI_Comm_rank(parent, &l->rank));
   TFRING_MPI_CHECK(MPI_Comm_size(parent, &l->size));
   TFRING_MPI_CHECK(MPI_Comm_dup(parent, dup));
-  TFRING_MPI_CHECK(
-      MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, l->rank, MPI_INFO_NULL, local));
+  TFRING_RETURN_IF_ERROR(SplitByHost(parent, l->rank, local));
   TFRING_MPI_CHECK(MPI_Comm_rank(*local, &l->local_rank));
   TFRING_MPI_CHECK(MPI_Comm_size(*local, &l->local_size));
   TFRING_MPI_CHECK(MPI_Comm_split(parent, l->local_rank, l->rank, cross));
