@@ -86,7 +86,7 @@ class ProcessSet:
         if self._removed:
             raise ValueError(f"{what}: process set {self._ranks} was removed with "
                              "remove_process_set; add it again (add_process_set) to use it.")
-        if self.process_set_id is not None and _registered.get(self.process_set_id) is not self:
+        if self.process_set_id is not None and not is_registered(self):
             raise ValueError(f"{what}: process set {self._ranks} has process_set_id="
                              f"{self.process_set_id}, which no registered process set has "
                              "(an id is given by add_process_set).")
