@@ -27,11 +27,13 @@ def mismatch():
     say(f"after {tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name='after').numpy()[0]}")
 
 
-def killed_rank():
+def killed_rank(late=False):
     tfring.allreduce(tf.constant([1.0]), name="warmup")
     if tfring.rank() == 1:
         say(f"killing myself at {time.time():.3f}")
         os.kill(os.getpid(), signal.SIGKILL)
+    if late:
+        time.sleep(2)  # tfring's own cycle finds the dead peer before the op is submitted
     start = time.time()
     try:
         tfring.allreduce(tf.constant([1.0]), name="never_completes")
@@ -39,6 +41,10 @@ def killed_rank():
     except tf.errors.OpError as e:
         say(f"caught after {time.time() - start:.1f} s: {e.message}")
         sys.exit(3)
+
+
+def killed_rank_then_late_op():
+    killed_rank(late=True)
 
 
 def never_submits():

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
@@ -44,11 +46,13 @@ def test_killed_rank_ends_the_job_within_a_minute():
     assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", report), out
 
 
-def test_killed_rank_is_named_in_the_survivors_error_under_ulfm():
+@pytest.mark.parametrize("scenario", ["killed_rank", "killed_rank_then_late_op"])
+def test_killed_rank_is_named_in_the_survivors_error_under_ulfm(scenario):
     # With MPI's fault tolerance on (`mpirun --with-ft ulfm`), mpirun does not kill the job
-    # when rank 1 dies: rank 0 must itself fail its pending op, naming the dead rank, at
-    # once (MPI reports the failure; no timeout is involved).
-    rc, out, _ = run_scenario("killed_rank", mpirun_options=("--with-ft", "ulfm"))
+    # when rank 1 dies: rank 0 must itself fail its op, naming the dead rank and the tensor,
+    # at once (MPI reports the failure; no timeout is involved). The op may be pending when
+    # the failure is found, or submitted after tfring has stopped: both name the tensor.
+    rc, out, _ = run_scenario(scenario, mpirun_options=("--with-ft", "ulfm"))
     assert rc != 0, out
     caught = re.search(r"rank 0: caught after ([0-9.]+) s: (.*)", out)
     assert caught, out

@@ -133,11 +133,13 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
 bool Coordinator::Queue(std::vector<Entry>* entries) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!accepting_) {
-    Status s = stopped_status_.ok()
-                   ? Status::FailedPrecondition("tfring is not running (call tfring.init() first)")
-                   : stopped_status_;
+    const Status stopped = stopped_status_;
     lock.unlock();
-    for (Entry& e : *entries) e.done(s);
+    for (Entry& e : *entries) {
+      e.done(stopped.ok() ? Status::FailedPrecondition(
+                                "tfring is not running (call tfring.init() first)")
+                          : NamingTensor(stopped, e.request.name));
+    }
     return false;
   }
   // The cycle waits for a burst of graph ops to end (WaitForBurstToEnd). The entries of one
@@ -314,6 +316,13 @@ void Coordinator::FinishAtSlot(int slot, const Status& status) {
   done(status);
 }
 
+// Every op that fails because tfring stopped, whether it was pending, queued or submitted
+// later, names its own tensor: the user learns which of their calls failed.
+Status Coordinator::NamingTensor(const Status& status, const std::string& name) const {
+  return Status(status.code(),
+                status.message() + " (tensor '" + name + "', rank " + std::to_string(rank_) + ")");
+}
+
 void Coordinator::FailEverything(const Status& status) {
   std::vector<std::vector<Entry>> queued;
   {
@@ -323,19 +332,15 @@ void Coordinator::FailEverything(const Status& status) {
     queued.swap(queue_);
     queued_.store(0, std::memory_order_relaxed);
   }
-  const auto naming = [&](const std::string& name) {
-    return Status(status.code(), status.message() + " (tensor '" + name + "', rank " +
-                                     std::to_string(rank_) + ")");
-  };
   std::vector<std::string> names;
   for (const auto& kv : pending_.by_name()) names.push_back(kv.first);
-  for (const auto& n : names) Finish(n, naming(n));
+  for (const auto& n : names) Finish(n, NamingTensor(status, n));
   for (int slot : pending_.WaitingSlots()) {
-    FinishAtSlot(slot, naming(pending_.AtSlot(slot)->entry.request.name));
+    FinishAtSlot(slot, NamingTensor(status, pending_.AtSlot(slot)->entry.request.name));
   }
   send_order_.clear();
   for (std::vector<Entry>& op : queued) {
-    for (Entry& e : op) e.done(status);
+    for (Entry& e : op) e.done(NamingTensor(status, e.request.name));
   }
 }
 

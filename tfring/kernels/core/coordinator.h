@@ -253,6 +253,7 @@ class Coordinator {
   void Finish(Table::iterator it, const Status& status);
   void FinishAtSlot(int slot, const Status& status);
   void FailEverything(const Status& status);
+  Status NamingTensor(const Status& status, const std::string& name) const;
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
 
   const Options options_;
