@@ -10,10 +10,11 @@ See README.md for the whole API, docs/settings.md for the TFRING_* settings.
 import os as _os
 import sys as _sys
 
-# MPI on freshly mapped pages is several times slower than on reused ones (every large
-# output tensor would be new memory): TF's pooling (BFC) CPU allocator reuses them. It must be
-# chosen before TF creates its CPU allocator (at the first op), so import tfring early. Set
-# TF_CPU_ALLOCATOR_USE_BFC=false yourself to keep TF's default allocator.
+# MPI on freshly mapped pages is much slower than on reused ones (every large output
+# tensor would be new memory; docs/benchmarks-allreduce.md): TF's pooling (BFC) CPU
+# allocator reuses them. It must be chosen before TF creates its CPU allocator (at the first
+# op), so import tfring early. Set TF_CPU_ALLOCATOR_USE_BFC=false yourself to keep TF's
+# default allocator.
 _os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 try:
@@ -42,14 +43,15 @@ from tfring.gradient_tape import (  # noqa: E402
 from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
+from tfring._init import init  # noqa: E402
 from tfring.process_sets import (  # noqa: E402
-    ProcessSet, add_process_set, global_process_set, remove_process_set)
+    ProcessSet, add_process_set, global_process_set, process_set_included_op,
+    remove_process_set, size_op)
 from tfring.runtime import (  # noqa: E402
-    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
     is_homogeneous, is_initialized, local_rank, local_rank_op, local_size, local_size_op,
-    mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built,
-    process_set_included_op, rank, rank_op, rocm_built, shutdown, sycl_built, size, size_op,
-    start_timeline, stop_timeline)
+    mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
+    rocm_built, shutdown, sycl_built, size, start_timeline, stop_timeline)
 
 __version__ = "0.1.0"
 

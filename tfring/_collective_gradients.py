@@ -14,8 +14,9 @@ differentiated in one, in call order when an eager tape computes them.
 import tensorflow as tf
 
 from tfring import runtime
-from tfring.collectives import (Average, Sum, _OP_NAMES, _set_size, allgather, allreduce,
-                                alltoall, grouped_allreduce)
+from tfring._data_movement import allgather, alltoall
+from tfring._op_support import OP_NAMES, Average, Sum, set_size
+from tfring.collectives import allreduce, grouped_allreduce
 from tfring.process_sets import from_attr, global_process_set
 
 
@@ -24,7 +25,7 @@ def _differentiable_op(op, what):
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (Average, Sum):
         raise ValueError(f"tfring.{what} has a gradient for op=Average and Sum only, "
-                         f"not op={_OP_NAMES[reduce_op]}.")
+                         f"not op={OP_NAMES[reduce_op]}.")
     return reduce_op
 
 
@@ -79,7 +80,7 @@ def _reducescatter_grad(op, grad):
     gathered = allgather(grad, process_set=process_set)
     factor = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == Sum:
-        gathered = gathered * tf.cast(_set_size(process_set), gathered.dtype)
+        gathered = gathered * tf.cast(set_size(process_set), gathered.dtype)
     return gathered * tf.cast(factor, gathered.dtype) if factor != 1.0 else gathered
 
 

@@ -2,6 +2,8 @@
 
 import warnings
 
+from tfring._op_support import resolve_op
+
 
 def split_list(items, n):
     """`items` cut into `n` consecutive parts whose lengths differ by at most one (the
@@ -27,11 +29,10 @@ def refs_to_vars(refs):
 
 def handle_average_backwards_compatibility(op, average):
     """The reduce op for Horovod's deprecated `average=` argument."""
-    from tfring.collectives import _resolve_op
     if average is not None:
         warnings.warn("`average` is deprecated: pass op=tfring.Average or op=tfring.Sum.",
                       DeprecationWarning, stacklevel=3)
-    return _resolve_op(average, op)
+    return resolve_op(average, op)
 
 
 def check_num_rank_power_of_2(num_rank):

@@ -27,10 +27,10 @@ from every rank).
 
 import tensorflow as tf
 
-from tfring import collectives, naming
+from tfring import naming
+from tfring._data_movement import alltoall
 from tfring._horovod_util import check_num_rank_power_of_2
-
-Adasum = 2  # Horovod's value (kernels/common/types.h ReduceOp)
+from tfring.process_sets import global_process_set
 
 _FLOATS = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
@@ -73,7 +73,7 @@ def _reduce_same_dtype(tensors, position, set_size, name, ignore_name_scope, pro
         splits = [1 if r == partner else 0 for r in range(set_size)]
         # One row of shape [1, length] to the partner, none to the others: the negotiation
         # checks that every rank's length agrees.
-        received, _ = collectives.alltoall(
+        received, _ = alltoall(
             tf.reshape(row, [1, -1]), splits=splits,
             name=naming.sub_name(name, f"adasum{level}.{dtype.name}"),
             ignore_name_scope=ignore_name_scope, process_set=process_set)
@@ -113,7 +113,7 @@ def adasum(tensors, name=None, ignore_name_scope=False, process_set=None,
     """Adasum of each dense floating-point tensor of `tensors` over the ranks of
     `process_set` (see the module doc). Its gradient is the Adasum of the gradients, as
     Horovod defines it for allreduce(op=Adasum)."""
-    process_set = process_set or collectives.global_process_set
+    process_set = process_set or global_process_set
     process_set._op_kwargs("tfring.allreduce")  # checks membership before anything is sent
 
     @tf.custom_gradient

@@ -12,7 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import naming, runtime
-from tfring.collectives import _check_root, allgather, broadcast
+from tfring._data_movement import allgather, broadcast
+from tfring._op_support import check_root
 from tfring.process_sets import global_process_set
 
 
@@ -23,7 +24,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     In eager mode the assignment happens now (returns None); in a graph it returns the
     grouped assign op. `inplace=True` is `broadcast_` (the same result here).
     """
-    _check_root(root_rank, process_set)
+    check_root(root_rank, process_set)
     assigns = [v.assign(broadcast(v, root_rank, name=naming.sub_name(name, i),
                                   process_set=process_set))
                for i, v in enumerate(variables)]
@@ -54,7 +55,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
         if not _is_variable(v):
             raise TypeError(f"broadcast_ works in place on variables; got "
                             f"{type(v).__name__}. Use tfring.broadcast for tensors.")
-    _check_root(root_rank, process_set)
+    check_root(root_rank, process_set)
     values = []
     for i, v in enumerate(listed):
         received = broadcast(tf.convert_to_tensor(v), root_rank,
@@ -98,7 +99,7 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 def broadcast_object(obj, root_rank=0, session=None, name=None,
                      process_set=global_process_set):
     """Returns root_rank's picklable `obj` on every rank (of the set)."""
-    _check_root(root_rank, process_set)
+    check_root(root_rank, process_set)
     is_root = runtime.rank() == root_rank
     payload = np.frombuffer(pickle.dumps(obj) if is_root else b"", dtype=np.uint8)
     size = broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
@@ -118,3 +119,12 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
         return broadcast_object(obj, root_rank, session=session, name=name,
                                 process_set=process_set)
     return _broadcast
+
+
+def broadcast_global_variables(root_rank):
+    """An op that assigns root_rank's values to every global variable (TF1 graphs)."""
+    if tf.executing_eagerly():
+        raise RuntimeError("tfring.broadcast_global_variables is for TF1 graphs; in eager mode "
+                           "use tfring.broadcast_variables(model.variables, root_rank).")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank,
+                                           name="broadcast_global_variables")

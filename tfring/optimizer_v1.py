@@ -15,8 +15,9 @@ import inspect
 
 import tensorflow as tf
 
-from tfring import _accumulation, _adasum_delta, _gradients, collectives, functions
+from tfring import _accumulation, _adasum_delta, _gradients, collectives
 from tfring.compression import Compression
+from tfring.functions import broadcast_global_variables  # noqa: F401  (exported here too)
 from tfring.process_sets import global_process_set
 
 
@@ -140,15 +141,6 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
 
     def variables(self, *args, **kwargs):
         return self._optimizer.variables(*args, **kwargs)
-
-
-def broadcast_global_variables(root_rank):
-    """An op that assigns root_rank's values to every global variable (TF1 graphs)."""
-    if tf.executing_eagerly():
-        raise RuntimeError("tfring.broadcast_global_variables is for TF1 graphs; in eager mode "
-                           "use tfring.broadcast_variables(model.variables, root_rank).")
-    return functions.broadcast_variables(tf.compat.v1.global_variables(), root_rank,
-                                           name="broadcast_global_variables")
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):

@@ -171,6 +171,20 @@ def by_id(process_set_id):
     return _registered[process_set_id]
 
 
+def size_op(process_set_id=0, name=None):
+    """A graph op whose value is `size()` when the graph runs (for process_set_id 0, the
+    global set), or the size of the set registered under `process_set_id`."""
+    if process_set_id == 0:
+        return runtime.job_size_op(name=name)
+    return tf.constant(by_id(process_set_id).size(), tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 when this process is a member of the set registered under `process_set_id` (0:
+    the global set), else 0, as a graph op (Horovod's)."""
+    return tf.constant(1 if by_id(process_set_id).included() else 0, tf.int32, name=name)
+
+
 def from_attr(ranks):
     """The ProcessSet an op's `process_set` attribute names (for gradients)."""
     return ProcessSet(ranks) if ranks else global_process_set

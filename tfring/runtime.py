@@ -32,28 +32,9 @@ _INIT_ERRORS = {
 _atexit_registered = False
 
 
-def init(comm=None, process_sets=None):
-    """Starts tfring in this process: MPI (unless already initialized) and the background thread.
-
-    Call once per process, before any collective; calling it again while running is
-    harmless. Every rank of the job must call it. Settings are read from the environment
-    (TFRING_* variables, docs/settings.md) at this moment.
-
-    Args:
-        comm: which processes make up tfring's job, as Horovod's: None for all of
-            MPI_COMM_WORLD; a list of MPI_COMM_WORLD ranks (every listed process calls init
-            with the same list; its tfring rank is its position in the list); or an mpi4py
-            communicator, which tfring duplicates, so the script's own messages on it never
-            meet tfring's.
-        process_sets: Horovod's static process sets (tfring.ProcessSet objects), checked
-            against the job's size, or "dynamic". tfring needs no registration: any
-            ProcessSet works in any op.
-
-    Raises:
-        ValueError: a bad `comm` (a rank that MPI_COMM_WORLD lacks, this process not in the
-            list) or a malformed setting.
-        RuntimeError: MPI could not be initialized.
-    """
+def start(comm=None):
+    """Starts the runtime in this process (tfring.init's first half, tfring/_init.py): MPI
+    unless already initialized, and the background thread, on the ranks `comm` names."""
     global _atexit_registered
     lib = _library.capi()
     kind, ranks, handle = _world_choice(comm)
@@ -66,13 +47,6 @@ def init(comm=None, process_sets=None):
         # Finalize MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
         atexit.register(lib.tfring_atexit)
         _atexit_registered = True
-    if process_sets and process_sets != "dynamic":
-        from tfring.process_sets import add_process_set, is_registered
-        for ps in process_sets:
-            # Registrations outlive shutdown(): a script that calls init again with the same
-            # sets finds them registered, which is no duplicate.
-            if not is_registered(ps):
-                add_process_set(ps)
 
 
 def _world_choice(comm):
@@ -196,22 +170,10 @@ def mpi_version():
     return out.value.decode()
 
 
-def size_op(process_set_id=0, name=None):
-    """A graph op whose value is `size()` when the graph runs (for process_set_id 0, the
-    global set), or the size of the set registered under `process_set_id`."""
-    if process_set_id == 0:
-        return _library.ops().tfring_size(name=name)
-    from tfring.process_sets import by_id
-    import tensorflow as tf
-    return tf.constant(by_id(process_set_id).size(), tf.int32, name=name)
-
-
-def process_set_included_op(process_set_id=0, name=None):
-    """1 when this process is a member of the set registered under `process_set_id` (0:
-    the global set), else 0, as a graph op (Horovod's)."""
-    from tfring.process_sets import by_id
-    import tensorflow as tf
-    return tf.constant(1 if by_id(process_set_id).included() else 0, tf.int32, name=name)
+def job_size_op(name=None):
+    """A graph op whose value is `size()` when the graph runs (tfring.size_op of the global
+    set, tfring/process_sets.py)."""
+    return _library.ops().tfring_size(name=name)
 
 
 def rank_op(name=None):

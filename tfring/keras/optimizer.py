@@ -20,7 +20,7 @@ tf_keras (TF_USE_LEGACY_KERAS=1) optimizers are hooked in place instead (_tf_ker
 import keras
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, optimizer_v1
+from tfring import _accumulation, _gradients, collectives, functions
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 from tfring.keras import _tf_keras, _xla
@@ -349,4 +349,4 @@ _xla.install_keras_jit_guard(is_distributed)
 def broadcast_global_variables(root_rank):
     """TF1 graphs: an op broadcasting every global variable (see tfring's). In eager Keras,
     use callbacks.BroadcastGlobalVariablesCallback(root_rank) or tfring.broadcast_variables."""
-    return optimizer_v1.broadcast_global_variables(root_rank)
+    return functions.broadcast_global_variables(root_rank)

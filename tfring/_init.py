@@ -1,0 +1,37 @@
+"""tfring.init: starts the runtime (tfring/runtime.py), then registers Horovod's static
+process sets (tfring/process_sets.py). It sits above both: process sets need the runtime's
+rank and size, so the runtime cannot be the one to register them."""
+
+from tfring import runtime
+from tfring.process_sets import add_process_set, is_registered
+
+
+def init(comm=None, process_sets=None):
+    """Starts tfring in this process: MPI (unless already initialized) and the background thread.
+
+    Call once per process, before any collective; calling it again while running is
+    harmless. Every rank of the job must call it. Settings are read from the environment
+    (TFRING_* variables, docs/settings.md) at this moment.
+
+    Args:
+        comm: which processes make up tfring's job, as Horovod's: None for all of
+            MPI_COMM_WORLD; a list of MPI_COMM_WORLD ranks (every listed process calls init
+            with the same list; its tfring rank is its position in the list); or an mpi4py
+            communicator, which tfring duplicates, so the script's own messages on it never
+            meet tfring's.
+        process_sets: Horovod's static process sets (tfring.ProcessSet objects), checked
+            against the job's size, or "dynamic". tfring needs no registration: any
+            ProcessSet works in any op.
+
+    Raises:
+        ValueError: a bad `comm` (a rank that MPI_COMM_WORLD lacks, this process not in the
+            list) or a malformed setting.
+        RuntimeError: MPI could not be initialized.
+    """
+    runtime.start(comm)
+    if process_sets and process_sets != "dynamic":
+        for ps in process_sets:
+            # Registrations outlive shutdown(): a script that calls init again with the same
+            # sets finds them registered, which is no duplicate.
+            if not is_registered(ps):
+                add_process_set(ps)
