@@ -37,8 +37,8 @@ build: $(VENV)/.installed
 # The native tests again under AddressSanitizer+UBSan and ThreadSanitizer (no TF, no GPU
 # path), for the suite.
 build-sanitized: $(VENV)/.installed
-	$(PYTHON) tfring/build.py --native-only --sanitize address
-	$(PYTHON) tfring/build.py --native-only --sanitize thread
+	$(PYTHON) tfring/build --native-only --sanitize address
+	$(PYTHON) tfring/build --native-only --sanitize thread
 
 demo: build
 	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/keras_fit.py

@@ -113,12 +113,13 @@ def run(args):
         workers, rank = hvd.size(), hvd.rank()
     if args.mode in ("floor", "floor-mpi"):
         # tfring's optimizer and callbacks, each gradient's allreduce replaced by the async
-        # floor op (tfring/kernels/tf/async_floor.cc): TensorFlow's cost of the step's async
+        # floor op (bench/ops/async_floor.cc): TensorFlow's cost of the step's async
         # ops, with no communication and no runtime. Weights then differ between ranks.
         # With raw MPI after the step, the ops complete as tfring's do: a step's burst
         # together, from a background thread (TfringAsyncBurstFloor).
-        from tfring import _gradients, _library
-        ops = _library.ops()
+        from tfring import _gradients
+        import _bench_ops
+        ops = _bench_ops.ops()
         if args.mode == "floor":
             _gradients.allreduce_gradients = (
                 lambda grads, variables, **kw: [ops.tfring_async_floor(g) for g in grads])

@@ -24,7 +24,7 @@ overhead in question) in one process pinned to one core (the compute one rank ha
 tfring, and tfring's overhead per step: the difference, in microseconds and as a share of
 tfring's step (the allreduces, and what tfring adds to them). Beside them, the "async floor":
 the same ranks and step with each gradient's allreduce replaced by an async op that passes
-its input through and completes at once (tfring/kernels/tf/async_floor.cc): what
+its input through and completes at once (bench/ops/async_floor.cc): what
 TensorFlow itself charges for the step's async ops. tfring over the floor is then the
 communication and tfring's runtime. And the floor with raw MPI (mpi4py, tfring's MPI
 settings) moving the step's gradients after each step, packed in one allreduce after a

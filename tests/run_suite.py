@@ -107,7 +107,7 @@ def visible_gpus():
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-# The native tests again, built with sanitizers (`python tfring/build.py --native-only
+# The native tests again, built with sanitizers (`python tfring/build --native-only
 # --sanitize address|thread`; the Makefile's build does both). A report fails the test.
 SANITIZER_ENV = {
     "address": {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",  # MPI's own allocations
@@ -134,9 +134,9 @@ def sanitized_stages():
 
 
 def _toolchain():
-    """tfring/_toolchain.py, loaded by path (importing tfring would import TensorFlow)."""
+    """tfring/build/toolchain.py, loaded by path (importing tfring would import TensorFlow)."""
     spec = importlib.util.spec_from_file_location(
-        "_suite_toolchain", os.path.join(ROOT, "tfring", "_toolchain.py"))
+        "_suite_toolchain", os.path.join(ROOT, "tfring", "build", "toolchain.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

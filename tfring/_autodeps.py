@@ -12,15 +12,13 @@ keeps the ordering and gets a warning instead of an error.
 
 import logging
 
-# With the benchmarks' floor ops (tfring/kernels/tf/async_floor.cc), which stand in for
-# allreduces and must be scheduled as they are.
 UNORDERED_OP_TYPES = frozenset(
-    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast",
-     "TfringAsyncFloor", "TfringAsyncBurstFloor"))
+    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast"))
 
 
-def allow_unordered_collectives():
-    """Registers tfring's op types as order-insensitive stateful ops (idempotent)."""
+def allow_unordered_collectives(extra_op_types=()):
+    """Registers tfring's op types, and `extra_op_types` (the benchmarks' stand-ins for
+    them), as order-insensitive stateful ops (idempotent)."""
     try:
         from tensorflow.python.framework import auto_control_deps
         current = auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS
@@ -30,4 +28,4 @@ def allow_unordered_collectives():
             "collectives inside tf.function run one at a time and are not fused.")
         return
     auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = (
-        frozenset(current) | UNORDERED_OP_TYPES)
+        frozenset(current) | UNORDERED_OP_TYPES | frozenset(extra_op_types))

@@ -1,7 +1,7 @@
 """Loads tfring's compiled library once, building it first when it is missing or stale.
 
 The library (the TensorFlow ops and the C API beside them) lives in this environment's build
-entry (`_toolchain.entry_dir()`: one folder per TensorFlow, MPI, NCCL and Python, under
+entry (`toolchain.entry_dir()`: one folder per TensorFlow, MPI, NCCL and Python, under
 TFRING_CACHE_DIR, a checkout's build/ or ~/.cache/tfring). On the first import in a new
 environment, or after tfring's sources or TensorFlow changed, the import builds it (about a
 minute on 2 cores), under a file lock: the ranks of a job that import tfring at once build
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from tfring import _toolchain
+from tfring.build import builder, toolchain
 
 REBUILD_COMMAND = "python -m tfring.build"
 FAILURE_NAME = "build_failed.json"
@@ -30,20 +30,20 @@ FAILURE_NAME = "build_failed.json"
 def entry():
     """This environment's build folder."""
     try:
-        return _toolchain.entry_dir()
-    except _toolchain.BuildError as e:
+        return toolchain.entry_dir()
+    except toolchain.BuildError as e:
         raise ImportError(failure_text(str(e), e.section)) from None
 
 
 def library_path():
-    return os.path.join(entry(), _toolchain.LIBRARY_NAME)
+    return os.path.join(entry(), toolchain.LIBRARY_NAME)
 
 
 @functools.lru_cache(maxsize=None)
 def build_info():
     """What the library was built with: TensorFlow version, MPI, NCCL, where (a dict)."""
     ensure_built()
-    return _toolchain.read_record(entry())
+    return toolchain.read_record(entry())
 
 
 def _say(text):
@@ -56,32 +56,30 @@ def ensure_built():
     import tensorflow as tf
 
     folder = entry()
-    reason = _toolchain.stale_reason(folder, tf.__version__)
+    reason = toolchain.stale_reason(folder, tf.__version__)
     if not reason:
         return
     if os.environ.get("TFRING_BUILD_ON_IMPORT", "1").strip().lower() in ("0", "false", "no"):
         raise ImportError(
             f"tfring's C++ library in {folder} cannot be loaded: {reason}. Build it with: "
             f"{REBUILD_COMMAND} (TFRING_BUILD_ON_IMPORT=0 turned off building at import)")
-    from tfring import build
-
     waited_since = time.time()
     try:
-        with build.EntryLock(folder, say=_say):
-            reason = _toolchain.stale_reason(folder, tf.__version__)
+        with builder.EntryLock(folder, say=_say):
+            reason = toolchain.stale_reason(folder, tf.__version__)
             if not reason:
                 return  # another process built it while this one waited
             _raise_if_failed_while_waiting(folder, waited_since)
             _say(f"tfring: building its C++ library for TensorFlow {tf.__version__} into "
                  f"{folder} ({reason}); this takes about a minute, once per environment")
             try:
-                build.build(folder, say=_say)
-            except _toolchain.BuildError as e:
-                build.write_json(os.path.join(folder, FAILURE_NAME),
+                builder.build(folder, say=_say)
+            except toolchain.BuildError as e:
+                builder.write_json(os.path.join(folder, FAILURE_NAME),
                                  {"error": str(e), "section": e.section, "time": time.time()})
                 raise
-            build.remove_if_exists(os.path.join(folder, FAILURE_NAME))
-    except _toolchain.BuildError as e:
+            builder.remove_if_exists(os.path.join(folder, FAILURE_NAME))
+    except toolchain.BuildError as e:
         raise ImportError(failure_text(str(e), e.section)) from None
     except OSError as e:  # the build folder cannot be written: no BuildError says so
         raise ImportError(failure_text(f"{folder}: {e}", "Where the build goes")) from None
@@ -94,7 +92,7 @@ def _raise_if_failed_while_waiting(folder, waited_since):
     except (OSError, ValueError):
         return
     if failure.get("time", 0) >= waited_since:
-        raise _toolchain.BuildError(
+        raise toolchain.BuildError(
             "another process building the same library failed; its error:\n" +
             failure.get("error", "(no message)"), failure.get("section", "When the build fails"))
 
@@ -110,8 +108,8 @@ def failure_text(error, section):
 
 def build_doc_section(title):
     """The text of one '## title' section of BUILD.md ('' when not found)."""
-    for path in (os.path.join(_toolchain.PACKAGE_DIR, "BUILD.md"),
-                 os.path.join(_toolchain.ROOT, "BUILD.md")):
+    for path in (os.path.join(toolchain.PACKAGE_DIR, "BUILD.md"),
+                 os.path.join(toolchain.ROOT, "BUILD.md")):
         if os.path.exists(path):
             break
     else:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
-# screen of logs for a launcher. tfring/_toolchain.py (standard library only) answers where
+# screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
 # the build is and which MPI it uses; it is loaded from tfring's folder by path, so that
 # tfring/__init__.py (which imports TensorFlow) does not run.
 REBUILD_COMMAND = "python -m tfring.build"
@@ -29,13 +29,13 @@ REBUILD_COMMAND = "python -m tfring.build"
 
 @functools.lru_cache(maxsize=None)
 def toolchain():
-    """tfring's _toolchain module, loaded without importing the tfring package."""
-    if "tfring._toolchain" in sys.modules:  # tfring is imported already (a test)
-        return sys.modules["tfring._toolchain"]
+    """tfring's build toolchain module, loaded without importing the tfring package."""
+    if "tfring.build.toolchain" in sys.modules:  # tfring is imported already (a test)
+        return sys.modules["tfring.build.toolchain"]
     spec = importlib.util.find_spec("tfring")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("tfringrun: tfring is not installed in this Python")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "_toolchain.py")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "build", "toolchain.py")
     module_spec = importlib.util.spec_from_file_location("_tfring_toolchain", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
@@ -225,8 +225,8 @@ def _hostfile_for_openmpi(path):
 
 # glibc >= 2.35 then asks the kernel for transparent huge pages for the memory malloc maps
 # (where THP is "madvise", as on many distributions), and TensorFlow's tensors come from
-# malloc. MPI moves a large tensor 20-40% faster from huge pages
-# (docs/benchmarks-allreduce.md, 4 to 64 MiB). Older glibc ignores the setting.
+# malloc. MPI moves a large tensor faster from huge pages (docs/benchmarks-allreduce.md
+# has the figures). Older glibc ignores the setting.
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 

@@ -13,7 +13,8 @@ import threading
 
 import pytest
 
-from tfring import _library, _toolchain, build
+from tfring import _library
+from tfring.build import builder, toolchain
 
 BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -44,7 +45,7 @@ def test_eight_ranks_importing_an_unbuilt_tfring_build_it_once(tmp_path):
         sorted(f"rank {r}: sum 8.0" for r in range(8))
     (entry,) = [p for p in cache.iterdir() if p.is_dir()]
     record = json.loads((entry / "build_info.json").read_text())
-    assert record["sources"] == _toolchain.source_digest()
+    assert record["sources"] == toolchain.source_digest()
     assert (entry / "libtfring.so").exists()
     # Built: the next import loads it without building.
     again = _run([sys.executable, "-c", "import tfring"], cache, timeout=300)
@@ -103,16 +104,16 @@ def _fake_entry(tmp_path, **record):
 
 
 def test_changed_sources_or_tensorflow_make_the_library_stale(tmp_path):
-    entry = _fake_entry(tmp_path, sources=_toolchain.source_digest(), tensorflow="2.21.0")
-    assert _toolchain.stale_reason(entry, "2.21.0") == ""
+    entry = _fake_entry(tmp_path, sources=toolchain.source_digest(), tensorflow="2.21.0")
+    assert toolchain.stale_reason(entry, "2.21.0") == ""
     assert "built for TensorFlow 2.21.0, and TensorFlow 2.19.1 is installed" in \
-        _toolchain.stale_reason(entry, "2.19.1")
+        toolchain.stale_reason(entry, "2.19.1")
     record = json.loads(open(os.path.join(entry, "build_info.json")).read())
     record["sources"] = "another digest"
     open(os.path.join(entry, "build_info.json"), "w").write(json.dumps(record))
-    assert "sources changed" in _toolchain.stale_reason(entry, "2.21.0")
+    assert "sources changed" in toolchain.stale_reason(entry, "2.21.0")
     os.remove(os.path.join(entry, "libtfring.so"))
-    assert "not built yet" in _toolchain.stale_reason(entry, "2.21.0")
+    assert "not built yet" in toolchain.stale_reason(entry, "2.21.0")
 
 
 def test_another_tensorflow_mpi_or_nccl_setting_is_another_entry(monkeypatch, tmp_path):
@@ -123,50 +124,50 @@ def test_another_tensorflow_mpi_or_nccl_setting_is_another_entry(monkeypatch, tm
     mpicxx = tmp_path / "mpicxx"
     mpicxx.write_text("#!/bin/sh\n")
     mpicxx.chmod(0o755)
-    monkeypatch.setattr(_toolchain, "tensorflow_dir", lambda: str(fake_tf))
+    monkeypatch.setattr(toolchain, "tensorflow_dir", lambda: str(fake_tf))
     monkeypatch.setenv("TFRING_MPICXX", str(mpicxx))
-    base = _toolchain.entry_dir()
-    assert os.path.basename(base).startswith(f"tf{_toolchain.tensorflow_distribution()[1]}-")
-    assert _toolchain.entry_dir() == base  # nothing changed: the same folder
+    base = toolchain.entry_dir()
+    assert os.path.basename(base).startswith(f"tf{toolchain.tensorflow_distribution()[1]}-")
+    assert toolchain.entry_dir() == base  # nothing changed: the same folder
     framework.write_text("TensorFlow reinstalled, another version")
-    after_tf = _toolchain.entry_dir()
+    after_tf = toolchain.entry_dir()
     assert after_tf != base
     mpicxx.write_text("#!/bin/sh\n# another MPI\n")
-    after_mpi = _toolchain.entry_dir()
+    after_mpi = toolchain.entry_dir()
     assert after_mpi not in (base, after_tf)
     monkeypatch.setenv("TFRING_WITH_NCCL", "0")
-    assert _toolchain.entry_dir() not in (base, after_tf, after_mpi)
+    assert toolchain.entry_dir() not in (base, after_tf, after_mpi)
 
 
 def test_cache_root_setting_and_checkout_default(monkeypatch, tmp_path):
     monkeypatch.setenv("TFRING_CACHE_DIR", str(tmp_path))
-    assert _toolchain.cache_root() == str(tmp_path)
+    assert toolchain.cache_root() == str(tmp_path)
     monkeypatch.delenv("TFRING_CACHE_DIR")
-    assert _toolchain.is_checkout()  # the suite runs from the source tree
-    assert _toolchain.cache_root() == os.path.join(_toolchain.ROOT, "build")
-    monkeypatch.setattr(_toolchain, "is_checkout", lambda: False)
+    assert toolchain.is_checkout()  # the suite runs from the source tree
+    assert toolchain.cache_root() == os.path.join(toolchain.ROOT, "build")
+    monkeypatch.setattr(toolchain, "is_checkout", lambda: False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert _toolchain.cache_root() == str(tmp_path / "xdg" / "tfring")
+    assert toolchain.cache_root() == str(tmp_path / "xdg" / "tfring")
 
 
 def test_a_lock_held_too_long_is_an_error_naming_its_holder(monkeypatch, tmp_path):
     monkeypatch.setenv("TFRING_BUILD_WAIT_SECONDS", "0.5")
     said = []
-    with build.EntryLock(str(tmp_path)):
-        with pytest.raises(build.BuildError, match=rf"process {os.getpid()} has held the build "
+    with builder.EntryLock(str(tmp_path)):
+        with pytest.raises(builder.BuildError, match=rf"process {os.getpid()} has held the build "
                                                    r"lock .* for more than 0.5 s"):
-            with build.EntryLock(str(tmp_path), say=said.append):
+            with builder.EntryLock(str(tmp_path), say=said.append):
                 pass
     assert said and f"waiting for process {os.getpid()}" in said[0]
 
 
 def test_a_waiter_gets_the_lock_when_the_builder_is_done(tmp_path):
     order = []
-    holder = build.EntryLock(str(tmp_path))
+    holder = builder.EntryLock(str(tmp_path))
     holder.__enter__()
 
     def wait():
-        with build.EntryLock(str(tmp_path), say=lambda text: order.append("waiting")):
+        with builder.EntryLock(str(tmp_path), say=lambda text: order.append("waiting")):
             order.append("acquired")
 
     waiter = threading.Thread(target=wait)
@@ -180,10 +181,10 @@ def test_a_waiter_gets_the_lock_when_the_builder_is_done(tmp_path):
 
 
 def test_a_waiter_fails_with_the_error_of_the_build_it_waited_for(tmp_path):
-    build.write_json(str(tmp_path / _library.FAILURE_NAME),
+    builder.write_json(str(tmp_path / _library.FAILURE_NAME),
                      {"error": "boom", "section": "GPU (NCCL)", "time": 100.0})
     _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=200.0)  # an old one
-    with pytest.raises(build.BuildError, match="(?s)building the same library failed.*boom"):
+    with pytest.raises(builder.BuildError, match="(?s)building the same library failed.*boom"):
         _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=50.0)
 
 
@@ -195,7 +196,7 @@ def test_build_md_sections_are_found_for_every_error():
 
 def test_the_sdist_carries_the_sources_and_build_md(tmp_path):
     code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(tmp_path)!r}))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=_toolchain.ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=toolchain.ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     name = proc.stdout.split()[-1]
@@ -204,10 +205,10 @@ def test_the_sdist_carries_the_sources_and_build_md(tmp_path):
         (build_md,) = [m for m in tar.getmembers() if m.name.endswith("/tfring/BUILD.md")]
         assert build_md.isfile()  # the link in the checkout becomes the file itself
         text = tar.extractfile(build_md).read().decode()
-    assert text == open(os.path.join(_toolchain.ROOT, "BUILD.md")).read()
-    for folder, _, files in os.walk(_toolchain.KERNELS):
+    assert text == open(os.path.join(toolchain.ROOT, "BUILD.md")).read()
+    for folder, _, files in os.walk(toolchain.KERNELS):
         for f in files:
             if f.endswith((".cc", ".h")):
-                rel = os.path.relpath(os.path.join(folder, f), _toolchain.ROOT)
+                rel = os.path.relpath(os.path.join(folder, f), toolchain.ROOT)
                 assert rel in members, rel
-    assert "tfring/_toolchain.py" in members
+    assert "tfring/build/toolchain.py" in members

@@ -9,41 +9,42 @@ import sys
 
 import pytest
 
-from tfring import _library, _toolchain, build
+from tfring import _library
+from tfring.build import builder, toolchain
 from tfringrun import launcher
 
 
 def test_with_nccl_0_skips_the_gpu_path(monkeypatch):
     monkeypatch.setenv("TFRING_WITH_NCCL", "0")
-    toolchain, reason = build.find_gpu_toolchain()
-    assert toolchain is None and reason == "TFRING_WITH_NCCL=0"
+    found, reason = builder.find_gpu_toolchain()
+    assert found is None and reason == "TFRING_WITH_NCCL=0"
 
 
 def test_bad_with_nccl_value_is_an_error(monkeypatch):
     monkeypatch.setenv("TFRING_WITH_NCCL", "maybe")
-    with pytest.raises(build.BuildError, match="TFRING_WITH_NCCL must be 0, 1 or auto"):
-        build.find_gpu_toolchain()
+    with pytest.raises(builder.BuildError, match="TFRING_WITH_NCCL must be 0, 1 or auto"):
+        builder.find_gpu_toolchain()
 
 
 def test_nothing_found_auto_says_why_and_1_fails(monkeypatch, tmp_path):
-    monkeypatch.setattr(_toolchain, "_package_dir", lambda name: None)
-    monkeypatch.setattr(_toolchain, "_find", lambda roots, header, libs: None)
+    monkeypatch.setattr(toolchain, "_package_dir", lambda name: None)
+    monkeypatch.setattr(toolchain, "_find", lambda roots, header, libs: None)
     monkeypatch.setenv("TFRING_WITH_NCCL", "auto")
-    toolchain, reason = build.find_gpu_toolchain()
-    assert toolchain is None
+    found, reason = builder.find_gpu_toolchain()
+    assert found is None
     assert "NCCL (nccl.h, libnccl.so.2)" in reason and "CUDA runtime" in reason
     monkeypatch.setenv("TFRING_WITH_NCCL", "1")
     advice = r"TFRING_WITH_NCCL=1 but .*pip install 'tfring\[gpu-build\]'"
-    with pytest.raises(build.BuildError, match=advice):
-        build.find_gpu_toolchain()
+    with pytest.raises(builder.BuildError, match=advice):
+        builder.find_gpu_toolchain()
 
 
 def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path):
     include = tmp_path / "include"
     include.mkdir()
     (include / "cuda_runtime_api.h").write_text("")
-    monkeypatch.setattr(_toolchain, "_package_dir", lambda name: None)
-    folders, lacking = _toolchain._cuda_header_folders(str(include))
+    monkeypatch.setattr(toolchain, "_package_dir", lambda name: None)
+    folders, lacking = toolchain._cuda_header_folders(str(include))
     assert folders == [str(include)]
     assert any("crt/host_defines.h" in x and "nvidia-cuda-crt (CUDA 13)" in x
                and "nvidia-cuda-nvcc-cu12" in x for x in lacking)
@@ -53,7 +54,7 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     (include / "crt" / "host_defines.h").write_text("")
     (include / "nv").mkdir()
     (include / "nv" / "target").write_text("")
-    assert _toolchain._cuda_header_folders(str(include)) == ([str(include)], [])
+    assert toolchain._cuda_header_folders(str(include)) == ([str(include)], [])
 
 
 def test_check_build_reports_tf_mpi_and_nccl():

@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from tfring import _library, _toolchain, build
+from tfring import _library
+from tfring.build import builder, toolchain
 
 
 def tensorflow_dir():
-    return _toolchain.tensorflow_dir()
+    return toolchain.tensorflow_dir()
 
 
 def test_this_build_has_the_lowerings():
@@ -20,7 +21,7 @@ def test_this_build_has_the_lowerings():
 
 
 def test_the_flags_add_xla_include_folders_and_tensorflows_cc_library():
-    (compile_flags, link_flags), reason = _toolchain.find_xla_toolchain(tensorflow_dir())
+    (compile_flags, link_flags), reason = toolchain.find_xla_toolchain(tensorflow_dir())
     assert reason == ""
     assert any(f.endswith("external/highwayhash") for f in compile_flags)
     assert link_flags == ["-l:libtensorflow_cc.so.2"]
@@ -28,23 +29,23 @@ def test_the_flags_add_xla_include_folders_and_tensorflows_cc_library():
 
 def test_with_xla_0_skips_them(monkeypatch):
     monkeypatch.setenv("TFRING_WITH_XLA", "0")
-    assert _toolchain.find_xla_toolchain(tensorflow_dir()) == (None, "TFRING_WITH_XLA=0")
+    assert toolchain.find_xla_toolchain(tensorflow_dir()) == (None, "TFRING_WITH_XLA=0")
 
 
 def test_bad_with_xla_value_is_an_error(monkeypatch):
     monkeypatch.setenv("TFRING_WITH_XLA", "maybe")
-    with pytest.raises(build.BuildError, match="TFRING_WITH_XLA must be 0, 1 or auto"):
-        _toolchain.find_xla_toolchain(tensorflow_dir())
+    with pytest.raises(builder.BuildError, match="TFRING_WITH_XLA must be 0, 1 or auto"):
+        toolchain.find_xla_toolchain(tensorflow_dir())
 
 
 def test_missing_headers_say_which_and_1_fails(monkeypatch, tmp_path):
     (tmp_path / "include").mkdir()
-    toolchain, reason = _toolchain.find_xla_toolchain(str(tmp_path))
-    assert toolchain is None
+    found, reason = toolchain.find_xla_toolchain(str(tmp_path))
+    assert found is None
     assert "xla_op_kernel.h" in reason and "libtensorflow_cc.so.2" in reason
     monkeypatch.setenv("TFRING_WITH_XLA", "1")
-    with pytest.raises(build.BuildError, match="TFRING_WITH_XLA=1 but TensorFlow's wheel lacks"):
-        _toolchain.find_xla_toolchain(str(tmp_path))
+    with pytest.raises(builder.BuildError, match="TFRING_WITH_XLA=1 but TensorFlow's wheel lacks"):
+        toolchain.find_xla_toolchain(str(tmp_path))
 
 
 def test_an_optional_source_that_fails_to_compile_is_returned_not_raised(tmp_path):
@@ -52,14 +53,14 @@ def test_an_optional_source_that_fails_to_compile_is_returned_not_raised(tmp_pat
     bad.write_text("#error this TensorFlow moved a header\n")
     good = tmp_path / "good.cc"
     good.write_text("int tfring_good() { return 1; }\n")
-    compiler = _toolchain.plain_compiler(_toolchain.find_mpicxx())
+    compiler = toolchain.plain_compiler(toolchain.find_mpicxx())
     jobs = [(compiler, ["-O0"], str(good)), (compiler, ["-O0"], str(bad))]
-    objects, _ = build.compile_all(str(tmp_path / "obj"), jobs, optional=[str(bad)])
+    objects, _ = builder.compile_all(str(tmp_path / "obj"), jobs, optional=[str(bad)])
     assert os.path.exists(objects[0])
-    assert isinstance(objects[1], build.BuildError)
+    assert isinstance(objects[1], builder.BuildError)
     assert "this TensorFlow moved a header" in str(objects[1])
-    with pytest.raises(build.BuildError, match="this TensorFlow moved a header"):
-        build.compile_all(str(tmp_path / "obj2"), jobs)
+    with pytest.raises(builder.BuildError, match="this TensorFlow moved a header"):
+        builder.compile_all(str(tmp_path / "obj2"), jobs)
 
 
 def test_a_visible_gpu_keeps_tfring_out_of_xla_unless_asked(monkeypatch):

@@ -1,13 +1,14 @@
 """Builds tfring's C++ library against the TensorFlow and MPI of this environment.
 
     python -m tfring.build                # the library, into this environment's build entry
-    python -m tfring.build --tests        # also the native runtime tests, in build/tests/
+    python -m tfring.build --tests        # also the native runtime tests, in build/tests/,
+                                          # and the benchmarks' own ops, in build/bench/
     python -m tfring.build --where        # print the entry folder, build nothing
-    python tfring/build.py --native-only  # runtime + native tests; as a script, needs no TF
+    python tfring/build --native-only     # runtime + native tests; as a script, needs no TF
 
 `import tfring` runs the same build when the library is missing or stale (BUILD.md, 'When you
 import tfring'); the command is for building ahead, and for the native tests of a checkout.
-The entry folder (`_toolchain.entry_dir`) is one per TensorFlow, MPI, NCCL and Python; a
+The entry folder (`toolchain.entry_dir`) is one per TensorFlow, MPI, NCCL and Python; a
 file lock in it makes concurrent builders (every rank of a job importing tfring at once)
 build once.
 
@@ -32,29 +33,33 @@ import sys
 import time
 
 if __package__:
-    from tfring import _toolchain
-else:  # `python tfring/build.py --native-only`: a script beside _toolchain.py, no TF import
-    import _toolchain
-BuildError = _toolchain.BuildError
-find_mpicxx = _toolchain.find_mpicxx
-find_gpu_toolchain = _toolchain.find_gpu_toolchain
+    from tfring.build import toolchain
+else:  # `python tfring/build --native-only`: a script beside toolchain.py, no TF import
+    import toolchain
+BuildError = toolchain.BuildError
+find_mpicxx = toolchain.find_mpicxx
+find_gpu_toolchain = toolchain.find_gpu_toolchain
 
-ROOT = _toolchain.ROOT
-KERNELS = _toolchain.KERNELS
+ROOT = toolchain.ROOT
+KERNELS = toolchain.KERNELS
 CHECKOUT_BUILD_DIR = os.path.join(ROOT, "build")  # native tests and benchmarks (checkout only)
 TOOL_TIMEOUT_SECONDS = 900  # one compile takes seconds; a compiler this slow is hung
 
 # Folders whose code must not include TensorFlow (docs/architecture.md): compiled without TF
 # headers. The first two must not include MPI or CUDA either: compiled with the plain
-# compiler (_toolchain.plain_compiler) and none of their flags.
+# compiler (toolchain.plain_compiler) and none of their flags.
 PLAIN_DIRS = ["common", "core"]
 RUNTIME_DIRS = PLAIN_DIRS + ["backends/mpi", "runtime"]
 GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
-TF_XLA_GLUE_DIR = "tf/xla"  # where TensorFlow's wheel has XLA's headers (_toolchain.find_xla_toolchain)
+TF_XLA_GLUE_DIR = "tf/xla"  # where TensorFlow's wheel has XLA's headers (toolchain.find_xla_toolchain)
 INPROC_DIR = "backends/inproc"
 NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # built with the native tests
+# TensorFlow ops that only the benchmarks use (bench/_bench_ops.py loads them): a library of
+# their own beside the benchmarks, never part of the shipped one.
+BENCH_OPS_DIR = os.path.join(ROOT, "bench", "ops")
+BENCH_OPS_LIBRARY = os.path.join(CHECKOUT_BUILD_DIR, "bench", "libtfring_bench_ops.so")
 # Native test and benchmark sources that need CUDA and NCCL: built in GPU builds only.
 GPU_TEST_MARKERS = ("nccl", "cuda")
 # What the native benchmarks link beside the runtime: the in-process backend and ranks.
@@ -274,7 +279,7 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     mpicxx = find_mpicxx()
     gpu, gpu_reason = find_gpu_toolchain() if not sanitize else (None, f"a {sanitize} build")
     common = ["-O2", "-fPIC", "-Wall", "-Wno-sign-compare", f"-I{ROOT}"]
-    plain_cxx = _toolchain.plain_compiler(mpicxx)
+    plain_cxx = toolchain.plain_compiler(mpicxx)
     gpu_flags = gpu.compile_flags() if gpu else []
     tests_dir = os.path.join(CHECKOUT_BUILD_DIR, "tests")
     extra_link = []
@@ -294,10 +299,10 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
                                f"native-obj-{sanitize}" if sanitize else "native-obj")
     else:
         tf_version, tf_compile, tf_link = tensorflow_flags()
-        xla, xla_reason = _toolchain.find_xla_toolchain(_toolchain.tensorflow_dir())
-        entry = entry or _toolchain.entry_dir()
+        xla, xla_reason = toolchain.find_xla_toolchain(toolchain.tensorflow_dir())
+        entry = entry or toolchain.entry_dir()
         obj_dir = os.path.join(entry, "obj")
-    if with_tests and not _toolchain.is_checkout():
+    if with_tests and not toolchain.is_checkout():
         raise BuildError("the native tests are built from a source checkout (tests/cpp/), "
                          f"and {ROOT} is not one.")
     # The runtime gets TF's ABI and language flags but not its include paths
@@ -320,10 +325,12 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
         if not sanitize:
             jobs += [(mpicxx, runtime_flags, s) for s in bench_sources(gpu)]
+        if not native_only:
+            jobs += [(mpicxx, glue_flags, s) for s in sources(BENCH_OPS_DIR)]
     # The XLA lowerings' headers moved between TensorFlow releases: where they fail to
     # compile (and TFRING_WITH_XLA is not 1), the library is built without them, its record
     # says why, and tfring keeps XLA off for steps with its ops.
-    optional = () if _toolchain.xla_required() else xla_sources
+    optional = () if toolchain.xla_required() else xla_sources
     objects, rebuilt = compile_all(obj_dir, jobs, optional)
     by_source = {j[2]: o for j, o in zip(jobs, objects)}
     failed = [o for o in objects if isinstance(o, BuildError)]
@@ -342,13 +349,16 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
                            gpu_link + extra_link, tests_dir)
         if not sanitize:
             build_native_benches(mpicxx, by_source, runtime_objs, bench_sources(gpu), gpu_link)
+        if not native_only:
+            link(mpicxx, [by_source[s] for s in sources(BENCH_OPS_DIR)], BENCH_OPS_LIBRARY,
+                 ["-shared"] + tf_link)
     nccl_note = (f"NCCL {gpu.nccl_version()}: built" if gpu else f"NCCL: not built, {gpu_reason}")
     if native_only:
         say(f"tfring: built the native tests in {tests_dir} without TensorFlow "
             f"({nccl_note}) in {time.time() - start:.1f} s, "
             f"{rebuilt} of {len(objects)} files compiled")
         return None
-    library = os.path.join(entry, _toolchain.LIBRARY_NAME)
+    library = os.path.join(entry, toolchain.LIBRARY_NAME)
     link(mpicxx, runtime_objs + glue_objs, library, ["-shared"] + tf_link + xla_link + gpu_link)
     record = {
         "library": library,
@@ -366,13 +376,13 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         "xla": bool(xla),
         "xla_not_built_because": None if xla else xla_reason,
         # What `pip` calls this TensorFlow, for tfringrun --check-build (no TF import there).
-        "tensorflow_distribution": _toolchain.tensorflow_distribution()[1],
-        "sources": _toolchain.source_digest(),
+        "tensorflow_distribution": toolchain.tensorflow_distribution()[1],
+        "sources": toolchain.source_digest(),
         "built_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "build_seconds": round(time.time() - start, 1),
         "files_compiled": rebuilt,
     }
-    write_json(os.path.join(entry, _toolchain.RECORD_NAME), record)
+    write_json(os.path.join(entry, toolchain.RECORD_NAME), record)
     xla_note = "XLA: built" if xla else f"XLA: not built, {xla_reason}"
     say(f"tfring: built {library} for TensorFlow {tf_version} with {record['mpi_version']} "
         f"({nccl_note}; {xla_note}) in {time.time() - start:.1f} s, {rebuilt} of {len(objects)} files "
@@ -429,11 +439,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.where:
-            print(_toolchain.entry_dir())
+            print(toolchain.entry_dir())
         elif args.native_only:
             build(native_only=True, sanitize=args.sanitize)
         else:
-            entry = _toolchain.entry_dir()
+            entry = toolchain.entry_dir()
             with EntryLock(entry):
                 build(entry, with_tests=args.tests)
     except BuildError as e:
@@ -441,6 +451,3 @@ def main(argv=None):
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

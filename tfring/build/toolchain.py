@@ -1,7 +1,7 @@
 """What this environment builds tfring's library with, and where the library goes.
 
-Two questions, answered without importing TensorFlow (tfringrun loads this file on its own,
-by path, so that a launcher or `--check-build` never pays for a TensorFlow import):
+Two questions, answered without importing TensorFlow (tfringrun and the suite's runner load
+this file on its own, by path, so that they never pay for a TensorFlow import):
 
 - the toolchain: the MPI compiler wrapper (`mpicxx`), and NCCL plus the CUDA runtime when
   the GPU path can be built (BUILD.md, 'What it does' and 'GPU (NCCL)');
@@ -23,7 +23,8 @@ import subprocess
 import sys
 import sysconfig
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+BUILD_TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))  # tfring/build/
+PACKAGE_DIR = os.path.dirname(BUILD_TOOLS_DIR)  # tfring/
 ROOT = os.path.dirname(PACKAGE_DIR)  # the checkout, or site-packages once installed
 KERNELS = os.path.join(PACKAGE_DIR, "kernels")
 LIBRARY_NAME = "libtfring.so"
@@ -317,8 +318,8 @@ def source_digest():
     """A digest of tfring's C++ sources and of the build script (its flags): a library built
     from other sources, or by another version of the build, is rebuilt."""
     h = hashlib.sha256()
-    for script in ("build.py", "_toolchain.py"):
-        with open(os.path.join(PACKAGE_DIR, script), "rb") as f:
+    for script in ("builder.py", "toolchain.py"):
+        with open(os.path.join(BUILD_TOOLS_DIR, script), "rb") as f:
             h.update(f.read())
     for folder, dirs, files in os.walk(KERNELS):
         dirs.sort()
