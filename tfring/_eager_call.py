@@ -4,12 +4,12 @@ TensorFlow's generated op wrappers call first (`TFE_Py_FastPathExecute`).
 A small eager collective costs about what TensorFlow's own eager op costs plus tfring's
 Python. The generated wrapper adds its own layers on top of the fast path (its argument
 handling, its type-based dispatch), which after the op has evicted the caches cost more
-than they do alone: measured in one process (size 1), interleaved, a named 4 B allreduce
-took `tf.identity` + 29 us through the wrapper and + 8-11 us this way. This module calls the
-fast path the way the generated wrapper does, with every attribute and the same error
-handling, and falls back to the wrapper itself wherever the fast path declines (as the
-wrapper does) or this TensorFlow lacks it. The fast path records gradients itself, as for
-any op it runs.
+than they do alone: for a small tensor, more than the rest of tfring's share of the call
+(docs/benchmarks-allreduce.md, 'An eager allreduce through TensorFlow's fast path'). This
+module calls the fast path the way the generated wrapper does, with every attribute and the
+same error handling, and falls back to the wrapper itself wherever the fast path declines
+(as the wrapper does) or this TensorFlow lacks it. The fast path records gradients itself,
+as for any op it runs.
 """
 
 from tfring import _library

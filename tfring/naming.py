@@ -111,8 +111,8 @@ _GRAPH_COUNTS = weakref.WeakKeyDictionary()
 
 # Unnamed eager calls' (call site, display) per (collective, the code object and
 # instruction of the frame that called the public function): that frame is the user's line
-# in almost every call, and then this one lookup replaces the walk up the stack, which was
-# most of what an unnamed eager call cost more than a named one. Keyed and kept alive as
+# in almost every call, and then this one lookup replaces the walk up the stack, which would
+# be most of what an unnamed eager call costs more than a named one. Keyed and kept alive as
 # _SITES; a frame of tfring, TensorFlow or Keras is never a key, as the site then depends
 # on the frames above it.
 _EAGER_UNNAMED = {}

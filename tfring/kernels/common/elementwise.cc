@@ -61,8 +61,8 @@ void Reduce16(ReduceOp op, const void* in, void* inout, int64_t count) {
 
 // out[i] = in[i] * factor computed in W, for floating-point T. In blocks of 8 read whole
 // before any is written, so that -O2's SLP vectorizer turns each into packed multiplies
-// with no overlap check between `in` and `out` (the plain loop stays scalar at -O2: for
-// float 2.3x slower, 108 against 47 us per MiB; Average scales every gradient).
+// with no overlap check between `in` and `out` (the plain loop stays scalar at -O2, and
+// Average scales every gradient; docs/benchmarks-older.md has the figures).
 template <typename W, typename T>
 void ScaleInBlocks(W factor, const T* in, T* out, int64_t count) {
   constexpr int kBlock = 8;
@@ -94,7 +94,7 @@ void ScaleTyped(double factor, const void* in_buf, void* out_buf, int64_t count)
     if constexpr (std::is_same_v<T, float>) {
       // A factor that is a float (an Average over 2, 4, 8 ... ranks): the product of two
       // floats is exact in double, so rounding it to float once is what float's own
-      // multiply gives, bit for bit, without the conversions (1.5x faster).
+      // multiply gives, bit for bit, and it skips the conversions to and from double.
       if (static_cast<double>(static_cast<float>(factor)) == factor) {
         return ScaleInBlocks(static_cast<float>(factor), in, out, count);
       }

@@ -1,72 +1,22 @@
 // Coordinator: the one background thread per process that turns submitted tensors into
-// collectives executed in the same order on every rank.
+// collectives executed in the same order on every rank. The design (the cycle, the response
+// cache, graph bursts, process sets, join) is in docs/architecture.md, 'The cycle'.
 //
-// Who calls what:
-//  - Any thread (TF kernels, tests) calls Enqueue(); a graph op's never blocks on
-//    communication.
-//  - Cycles run on the coordinator's own thread, or on the thread of an eager caller
-//    (below), one at a time (cycle_mutex_): whoever runs a cycle is the only caller of the
+// Who calls what, on which thread:
+//  - Any thread (TF kernels, tests) calls Enqueue() or EnqueueAll(); a graph op's never
+//    blocks on communication. An eager op's caller runs cycles itself while it waits, when
+//    no other thread runs one, instead of handing its op over and being woken.
+//  - Cycles run on the background thread (tfring-cycles, under SCHED_BATCH unless
+//    TFRING_SCHED_BATCH=0: coordinator_drive.cc says why) or on such an eager caller's
+//    thread, one at a time (cycle_mutex_): whoever runs a cycle is the only caller of the
 //    ControlPlane and the Backend, and runs the `done` callbacks of what it completes.
 //  - Start() and Shutdown() are called by the owner (the global runtime), once each.
 //
-// The cycle, run in lockstep by every rank (each step is a collective of the control plane):
-//  1. Take newly enqueued entries. A name already in flight fails at once. An entry whose
-//     name and signature are in the response cache waits on its cache bit; any other entry
-//     is a new request. A cached name arriving with another signature invalidates its slot.
-//  2. AND-allreduce one bit set (cycle_bits.h): a flag word ("I have no new requests"), a
-//     "ready" and a "still valid" bit per cache slot, and per rank a "not joined" and a
-//     "still running" bit. A slot ready on every rank is executed without rank 0. An
-//     invalidated slot is erased on every rank, and entries waiting on it become new
-//     requests. A rank that shuts down stops every rank, and the others' errors name it.
-//  3. If any rank has new requests, a negotiation round: every rank gathers its requests
-//     to rank 0; rank 0's Negotiator checks tensors every rank has submitted and
-//     broadcasts their Responses (or errors, or an abort after a stall); every rank adds
-//     the successful cacheable ones to its cache in list order, so caches stay identical
-//     (a full cache gives the least recently used slot to the new one; an entry of this
-//     rank waiting on that slot is negotiated instead).
-//  4. Execute: cache hits (slot order), then negotiated responses (list order), planned
-//     into fusion groups (fusion.h), each run by a GroupExecutor (host tensors: the
-//     HostExecutor over the backend; GPU tensors: the device executor); then `done` for
-//     each entry.
-// The thread sleeps between cycles only while it has nothing pending (after 200 us of
-// yielding, since ops come in bursts): an Enqueue wakes it at once, so a lone tensor never
-// waits for a timer. With entries pending but no progress
-// it backs off from 10 us up to 100 us (the control plane's own waits pace it further).
-// Ops from a graph (tf.function, TF1) reach the runtime one by one as TF's executor runs
-// them; when such an op arrives the thread first waits until no more have come for
-// TFRING_BATCH_GAP_US (at most the cycle time), so that a step's tensors travel fused
-// instead of one cycle each. A step submits the same ops every time, so the wait also ends
-// as soon as as many have come as in the largest of the last few bursts (RecentBursts):
-// the gap is then paid only while the runtime learns the step. Eager ops skip that wait:
-// their caller waits for them alone; so does a grouped op, which arrives complete: as one
-// unit (Signature::parts) on the host, its tensors together (EnqueueAll) on a GPU.
-//
-// The background thread is named tfring-cycles and runs under SCHED_BATCH on Linux
-// (TFRING_SCHED_BATCH; coordinator_drive.cc says why).
-//
-// An eager caller drives: when no cycle is running, its thread runs the cycles itself until
-// its op completes (coordinator_drive.cc), for up to a millisecond, then leaves the rest to
-// the background thread. That saves handing the op to the background thread and the result
-// back (two wake-ups, and on a busy machine two threads spinning for each other); the
-// cycles are the same collectives whichever thread runs them.
-//
-// A cached entry that waits more than a second for its peers gives up its slot (step 2), so
-// that rank 0 sees it in negotiation and the stall inspector can name the missing ranks.
-//
-// Process sets: a tensor submitted with a process set (Request::process_set) is keyed by
-// its name and its set (TensorKey), negotiated among the set's members only, and run on
-// the set's own executors (made on first use by the ProcessSetFactory: MPI communicators
-// over the members). Every rank still takes part in every cycle and receives every
-// response; a rank outside a set skips its responses, and marks its cache slots ready so
-// as never to hold them up. Each rank runs the responses of its sets in list order, set
-// by set, so any two ranks meet their common collectives in the same order.
-//
-// Join: a kJoin entry marks this rank as joined. The step-2 bit set carries a "not joined"
-// bit per rank, so every rank knows who has joined as of this cycle. A joined rank submits
-// nothing more; it marks every cache slot ready and, for each response of its sets that it
-// holds no entry for, runs the collective with the identity of the reduction (allgather:
-// no rows; broadcast: receives and discards). When every rank has joined, every rank's
-// join completes with the last rank to join (the highest among the last cycle's joiners).
+// Each cycle, run in lockstep by every rank (each step a collective of the control plane):
+//  1. take newly enqueued entries (ops from a graph once their burst has ended);
+//  2. AND-allreduce one bit set (cycle_bits.h): cache slots ready everywhere, joins, stops;
+//  3. if any rank has new requests, a negotiation round through rank 0 (negotiator.h);
+//  4. execute what is ready, in fusion groups (fusion.h), then call each entry's `done`.
 #pragma once
 
 #include <algorithm>
@@ -220,9 +170,8 @@ class Coordinator {
   int NamedSlot(const Entry& e) const;
   // In steady state, taking an entry is a few loads of memory that the step's computation
   // has pushed out of the CPU's caches: its kernel's ticket, its cache slot and the slot's
-  // shape, and where PendingEntries puts it. One after another, each was a full miss (tens
-  // of microseconds a step for 122 tensors, docs/benchmarks.md); asked for together before
-  // the entries are taken, they overlap.
+  // shape, and where PendingEntries puts it. One after another, each is a full miss
+  // (docs/benchmarks.md); asked for together before the entries are taken, they overlap.
   void PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const;
   // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
   // (for a named entry). An unnamed call waiting on its call site's slot takes the site's
@@ -271,7 +220,8 @@ class Coordinator {
   std::condition_variable wake_;
   // Each queued op's entries, as its kernel made them: queueing moves no Entry (large: a
   // request, three std::functions), and TakeNewEntries swaps this with taken_, so both
-  // keep their capacity. (A deque of Entry held one per block: a malloc and a free each.)
+  // keep their capacity. (A deque of Entry would hold one per block: a malloc and a free
+  // each.)
   std::vector<std::vector<Entry>> queue_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever

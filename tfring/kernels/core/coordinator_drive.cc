@@ -26,7 +26,7 @@ constexpr auto kMinBackoff = std::chrono::microseconds(10);
 constexpr auto kMaxBackoff = std::chrono::microseconds(100);
 // How long an eager caller runs cycles before it leaves its op to the background thread:
 // a small collective finishes within a few cycles; an op whose peers are late is then
-// carried on by the background thread, and the caller waits as before.
+// carried on by the background thread, and the caller waits to be woken.
 constexpr auto kDriveFor = std::chrono::milliseconds(1);
 constexpr auto kLockWait = std::chrono::microseconds(100);
 constexpr int kMaxIdleWaits = 16;
@@ -44,8 +44,8 @@ void Coordinator::Loop() {
   if (options_.background_sched_batch) {
     // The `done` callbacks this thread runs hand the ops' successors to TensorFlow's
     // threads, and each hand-off wakes one of them. Sharing a core with it (one rank per
-    // core), this thread was preempted by every thread it woke, halfway through completing
-    // a cycle's ops: about 1 ms per step of a Keras model with 122 gradients (docs/
+    // core), this thread is preempted by every thread it wakes, halfway through completing
+    // a cycle's ops, and the switches back and forth lengthen every training step (docs/
     // benchmarks.md). Under SCHED_BATCH it finishes the cycle first. It needs no privilege,
     // keeps the thread's nice level, and a thread woken under it still runs on an idle core
     // at once; on a busy one it waits for the tick instead of preempting. Threads it starts
@@ -61,7 +61,7 @@ void Coordinator::Loop() {
   auto last_progress = SteadyClock::now();
   // How long to sleep with nothing in flight: the cycle time, doubled (up to kMaxIdleWaits
   // of it) while eager callers keep the cycles going, since every wake-up of this thread
-  // costs the caller's op on this core tens of microseconds.
+  // delays the caller's op on this core.
   SteadyClock::duration idle_wait = SteadyClock::duration::zero();
   while (true) {
     const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
@@ -70,7 +70,7 @@ void Coordinator::Loop() {
     const SteadyClock::duration wait = in_flight_.load() ? backoff : idle_wait;
     if (wait > SteadyClock::duration::zero()) {
       // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
-      // sleeping thread costs tens of microseconds, more than a small collective.
+      // sleeping thread costs more than a small collective.
       while (queued_.load(std::memory_order_acquire) == 0 &&
              SteadyClock::now() - last_progress < kHotSpin) {
         sched_yield();
@@ -120,8 +120,8 @@ void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
   if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
   // Once as many ops have come as in the largest recent burst, this burst (a step's
   // gradients, as last time) is complete: waiting out the gap would only delay it. On a
-  // core shared with TensorFlow's threads, that wait was 85 us of each step of a Keras
-  // model whose 122 gradients take 2 ms (docs/benchmarks.md).
+  // core shared with TensorFlow's threads, this thread often runs only once the burst is
+  // over, so the gap would be added to every step (docs/benchmarks.md).
   const uint64_t expected = recent_bursts_.Largest();
   const auto complete = [&] { return expected > 0 && seen - graph_ops_seen_ >= expected; };
   const auto gap = std::chrono::duration_cast<SteadyClock::duration>(

@@ -4,7 +4,7 @@
 // every tensor of a training step) is held by that slot. The cycle learns from the slot's
 // bit that it is ready on every rank, and then reaches the entry and finishes it through
 // the slot, with no lookup by name, no table node made and freed, and no copy of its name:
-// per tensor per step, those were most of the cycle's bookkeeping (docs/benchmarks.md).
+// per tensor per step, those would be most of the cycle's bookkeeping (docs/benchmarks.md).
 // Every other entry (a new request, one negotiated and waiting for its response, a join) is
 // held by name, since negotiation's responses name what they answer.
 //

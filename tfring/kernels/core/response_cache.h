@@ -72,7 +72,7 @@ class ResponseCache {
   };
   // The slot Put takes when full, or -1. The first call in a cycle orders the candidates
   // once (O(n log n)); later calls in that cycle take the next (a step that overflows the
-  // cache evicts hundreds a cycle, and a scan per eviction was O(n) each).
+  // cache evicts hundreds a cycle, and a scan per eviction would make that O(n^2)).
   int LeastRecentlyUsed();
 
   int64_t capacity_;

@@ -25,16 +25,16 @@ void* MutableDataOf(tensorflow::Tensor* tensor);
 // one per tensor of a grouped op), recording the first failure on the kernel's context.
 //
 // An eager op's caller blocks until the kernel is done, and waking a blocked thread costs
-// tens of microseconds, more than a small collective. So for small eager ops (see
-// kInlineWaitMaxBytes) WaitInlineAndRelease lets the calling thread wait (yielding) for a
-// short while and complete the kernel itself; if the runtime is slower, the background
-// thread completes it as usual. Exactly one of the two calls `done`.
+// more than a small collective. So for small eager ops (see kInlineWaitMaxBytes)
+// WaitInlineAndRelease lets the calling thread wait (yielding) for a short while and
+// complete the kernel itself; if the runtime is slower, the background thread completes it
+// as usual. Exactly one of the two calls `done`.
 //
 // It counts its own references (each pending entry, and the kernel's thread until
 // WaitInlineAndRelease) and deletes itself after the last: so each entry's callback holds a
 // plain pointer, which std::function keeps without allocating. A graph step makes one of
-// these per gradient, and the allocations (freed on another thread) were a measurable share
-// of tfring's cost per step (docs/benchmarks.md).
+// these per gradient, and the allocations (freed on another thread) would be a noticeable
+// share of tfring's cost per step (docs/benchmarks.md).
 class KernelCompletion {
  public:
   // Larger ops gain nothing from waiting inline, and the waiting thread would take CPU

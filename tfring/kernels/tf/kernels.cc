@@ -69,8 +69,8 @@ std::function<Status(const Shape&, void**)> OutputAllocator(OpKernelContext* ctx
 // A grouped allreduce of host tensors travels as one unit (Signature::parts): its kernel
 // packs the tensors here into one buffer laid out by PlanParts, whose slices are the op's
 // outputs, and submits that buffer as one entry, reduced in place. The runtime's work per
-// step is then per op, not per tensor (for 1000 tensors that work cost more than the
-// collective); the copy in is the one a fused group makes anyway. As with TensorFlow's own
+// step is then per op, not per tensor (for many small tensors that work costs more than
+// the collective); the copy in is the one a fused group makes anyway. As with TensorFlow's own
 // split, an output kept alive keeps the whole buffer alive.
 absl::Status PackUnit(OpKernelContext* ctx, Entry* unit) {
   const int n = ctx->num_inputs();
@@ -116,8 +116,8 @@ class AllreduceOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
     if (n == 0) return done();
-    // Made in place: each reads the clock (Entry::created), cheaper than copying one made
-    // first (three std::functions), which was a measurable share of a step's gradients.
+    // Made in place: each reads the clock (Entry::created), which costs less than copying
+    // an entry made first (three std::functions) once per tensor per step.
     const bool unit = !kOnGpu && n > 1;
     std::vector<Entry> entries(unit ? 1 : n);
     if (!CheckInitialized(ctx, display_name_)) return done();

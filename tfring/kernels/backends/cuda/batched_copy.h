@@ -1,7 +1,7 @@
 // Many device-to-device copies in a few kernel launches: packing a fusion buffer and
-// unpacking it. One cudaMemcpyAsync per tensor costs a launch each (about 4 us on an H100
-// machine), which made a grouped allreduce of 1024 x 16 KiB spend 4.3 ms copying; the
-// batched kernel does those copies in 56 us (BUILD.md, 'GPU (NCCL)').
+// unpacking it. One cudaMemcpyAsync per tensor costs a launch each, and for many small
+// tensors the launches take far longer than moving the bytes, so one launch of the batched
+// kernel does many copies (figures: BUILD.md, 'GPU (NCCL)').
 //
 // tfring is built without nvcc, so the kernel ships as PTX (batched_copy_ptx.h, made from
 // batched_copy.cu) that the driver compiles when it is loaded. It is loaded through the

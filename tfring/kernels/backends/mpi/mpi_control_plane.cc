@@ -18,8 +18,8 @@ namespace {
 // gives the core to any of them that can run, so while the job is active (SetActive) a
 // rank yields for longer: a peer that answers while this rank sleeps waits for it too (a
 // nonblocking collective progresses only while both poll), and on a Keras step whose
-// ranks finish their gradients a millisecond or two apart, those late wake-ups cost
-// 0.1-0.25 ms a step (docs/benchmarks.md). An idle job's cycles (every cycle time, out of
+// ranks finish their gradients a millisecond or two apart, those late wake-ups lengthen
+// every step (docs/benchmarks.md). An idle job's cycles (every cycle time, out of
 // phase between ranks) still sleep early, so that it does not spin.
 constexpr auto kSpin = std::chrono::microseconds(20);
 constexpr auto kSpinYield = std::chrono::microseconds(300);

@@ -20,7 +20,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Time spent spinning (yielding) on a completion before sleeping between polls: a small
-// collective finishes within it, and a long one does not notice 20 us sleeps.
+// collective finishes within it, and a long one does not notice the short sleeps.
 constexpr auto kSpin = std::chrono::microseconds(500);
 constexpr auto kPollSleep = std::chrono::microseconds(20);
 constexpr auto kDrainAfterAbort = std::chrono::seconds(5);
