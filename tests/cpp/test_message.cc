@@ -6,6 +6,8 @@
 namespace tfring {
 namespace {
 
+constexpr int kWorld = 8;  // the job the sample messages come from
+
 std::vector<Request> SampleRequests() {
   Request a;
   a.name = "grad/dense_1/kernel:0";
@@ -39,13 +41,13 @@ std::vector<Request> SampleRequests() {
 TFRING_TEST(Message, RequestsRoundTrip) {
   const auto in = SampleRequests();
   std::vector<Request> out;
-  ASSERT_TRUE(DecodeRequests(EncodeRequests(in), 1, &out).ok());
+  ASSERT_TRUE(DecodeRequests(EncodeRequests(in), 1, kWorld, &out).ok());
   ASSERT_EQ(out.size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
     EXPECT_EQ(out[i].call_site, in[i].call_site);
   }
-  ASSERT_TRUE(DecodeRequests(EncodeRequests({}), 1, &out).ok());
+  ASSERT_TRUE(DecodeRequests(EncodeRequests({}), 1, kWorld, &out).ok());
   EXPECT_TRUE(out.empty());
 }
 
@@ -70,7 +72,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   a.joined = {3};
   in.responses = {a, b};
   ResponseList out;
-  ASSERT_TRUE(DecodeResponseList(EncodeResponseList(in), &out).ok());
+  ASSERT_TRUE(DecodeResponseList(EncodeResponseList(in), kWorld, &out).ok());
   EXPECT_EQ(out.abort_message, in.abort_message);
   ASSERT_EQ(out.responses.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -108,14 +110,14 @@ TFRING_TEST(Message, DamagedMessagesAreErrors) {
   const std::string requests = EncodeRequests(SampleRequests());
   std::vector<Request> out;
   for (size_t cut = 0; cut < requests.size(); ++cut) {
-    const Status s = DecodeRequests(requests.substr(0, cut), 2, &out);
+    const Status s = DecodeRequests(requests.substr(0, cut), 2, kWorld, &out);
     EXPECT_FALSE(s.ok()) << "truncated to " << cut << " bytes";
   }
-  const Status extra = DecodeRequests(requests + "x", 3, &out);
+  const Status extra = DecodeRequests(requests + "x", 3, kWorld, &out);
   EXPECT_TRUE(extra.code() == StatusCode::kInternal);
   EXPECT_CONTAINS(extra.message(), "malformed request message from rank 3");
   ResponseList list;
-  EXPECT_FALSE(DecodeResponseList("\x05", &list).ok());
+  EXPECT_FALSE(DecodeResponseList("\x05", kWorld, &list).ok());
 }
 
 // Bytes of `message` with byte `at` set to `value`.
@@ -127,23 +129,52 @@ std::string With(std::string message, size_t at, char value) {
 TFRING_TEST(Message, VersionEnumsAndCountsAreChecked) {
   const std::string requests = EncodeRequests(SampleRequests());
   std::vector<Request> out;
-  const Status old = DecodeRequests(With(requests, 0, 7), 4, &out);
+  const Status old = DecodeRequests(With(requests, 0, 7), 4, kWorld, &out);
   EXPECT_CONTAINS(old.message(), "from rank 4");
   EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 3");
   // The first request's kind byte: after the version (1), the count (4), the name's length
   // (4) and the name.
   const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].name.size();
-  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at, 42), 0, &out).message(),
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at, 42), 0, kWorld, &out).message(),
                   "request 0: unknown collective 42");
-  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 1, 99), 0, &out).message(),
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 1, 99), 0, kWorld, &out).message(),
                   "unknown dtype 99");
-  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 2, 2), 0, &out).message(),
+  EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 2, 2), 0, kWorld, &out).message(),
                   "unknown reduce op 2");  // 2 is Horovod's Adasum: never on the wire
-  EXPECT_FALSE(DecodeRequests(With(requests, kind_at + 3, 5), 0, &out).ok());  // a bool of 5
+  EXPECT_FALSE(DecodeRequests(With(requests, kind_at + 3, 5), 0, kWorld, &out).ok());  // a bool of 5
   // A request count of four billion: an error at once, nothing allocated for it.
   std::string huge = requests;
   for (size_t i = 1; i < 5; ++i) huge[i] = '\xff';
-  EXPECT_FALSE(DecodeRequests(huge, 0, &out).ok());
+  EXPECT_FALSE(DecodeRequests(huge, 0, kWorld, &out).ok());
+}
+
+TFRING_TEST(Message, RanksOutsideTheJobAreErrors) {
+  // Later code indexes per-rank arrays by these: a rank the job lacks must be an error here.
+  std::vector<Request> out;
+  Request q;
+  q.name = "w";
+  q.kind = CollectiveKind::kBroadcast;
+  q.root_rank = kWorld;
+  EXPECT_CONTAINS(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).message(),
+                  "root rank 8 of 'w' outside a job of size 8");
+  q.root_rank = -1;
+  EXPECT_FALSE(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).ok());
+  q.root_rank = 0;
+  for (const std::vector<int32_t>& set : std::vector<std::vector<int32_t>>{
+           {0, kWorld}, {-1, 2}, {3, 1}, {2, 2}}) {
+    q.process_set = set;
+    EXPECT_CONTAINS(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).message(),
+                    "process set " + RankListString(set) + " are not ascending ranks");
+  }
+  q.process_set = {0, 7};
+  EXPECT_TRUE(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).ok());
+  ResponseList list;
+  Response r;
+  r.name = "w";
+  r.joined = {9};
+  list.responses = {r};
+  EXPECT_CONTAINS(DecodeResponseList(EncodeResponseList(list), kWorld, &list).message(),
+                  "joined ranks [9] are not ascending ranks of a job of size 8");
 }
 
 TFRING_TEST(Message, FuzzedMessagesAreErrorsNeverCrashes) {
@@ -171,8 +202,8 @@ TFRING_TEST(Message, FuzzedMessagesAreErrorsNeverCrashes) {
     if (next() % 4 == 0) damaged.resize(next() % damaged.size());
     std::vector<Request> reqs;
     ResponseList list;
-    const Status s = trial % 2 ? DecodeResponseList(damaged, &list)
-                               : DecodeRequests(damaged, 1, &reqs);
+    const Status s = trial % 2 ? DecodeResponseList(damaged, kWorld, &list)
+                               : DecodeRequests(damaged, 1, kWorld, &reqs);
     if (!s.ok()) {
       ++rejected;
       EXPECT_TRUE(s.code() == StatusCode::kInternal) << s.ToString();

@@ -285,7 +285,8 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   }
   if (!stopping.empty()) {
     FailEverything(Status::Aborted(
-        shutting_down ? "tfring was shut down while this op was pending"
+        shutting_down ? "tfring was shut down on this rank (rank " + std::to_string(rank_) +
+                            ") while this op was pending"
                       : "tfring was shut down on " +
                             (stopping.size() == 1 ? "rank " + std::to_string(stopping[0])
                                                   : "ranks " + RankListString(stopping)) +

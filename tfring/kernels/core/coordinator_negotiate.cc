@@ -28,7 +28,7 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
     const auto now = SteadyClock::now();
     for (int r = 0; r < size_; ++r) {
       std::vector<Request> reqs;
-      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], r, &reqs));
+      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], r, size_, &reqs));
       for (const Request& req : reqs) negotiator_.Add(r, req, now);
     }
     ResponseList list;
@@ -60,7 +60,7 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   }
   TFRING_RETURN_IF_ERROR(control_plane_->BroadcastFromRoot(&bytes));
   ResponseList list;
-  TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, &list));
+  TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, size_, &list));
   ApplyParams(list);
   for (Response& r : list.responses) {
     // Every rank records it, members of its set or not, so that caches stay identical.

@@ -124,9 +124,22 @@ void PutSignature(Writer* w, const Signature& m) {
   }
 }
 
+// "" when `ranks` are ranks of a job of `world_size` in ascending order (a process set,
+// the joined ranks), else what is wrong: later code indexes arrays by them.
+std::string CheckRanks(const std::vector<int32_t>& ranks, int world_size, const char* what) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= world_size || (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return std::string(what) + " " + RankListString(ranks) +
+             " are not ascending ranks of a job of size " + std::to_string(world_size);
+    }
+  }
+  return "";
+}
+
 // Reads what PutSignature wrote; "" when it is well formed, else what is wrong. Every enum
-// is checked against its values, so no later code sees one that does not exist.
-std::string GetSignature(Reader* rd, Signature* m) {
+// is checked against its values and every rank against the job's size, so no later code
+// sees one that does not exist.
+std::string GetSignature(Reader* rd, int world_size, Signature* m) {
   uint8_t kind, dtype, op;
   if (!rd->GetString(&m->name) || !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
       !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
@@ -139,6 +152,12 @@ std::string GetSignature(Reader* rd, Signature* m) {
   }
   if (dtype >= kNumDataTypes) return "unknown dtype " + std::to_string(dtype);
   if (!IsValidReduceOp(op)) return "unknown reduce op " + std::to_string(op);
+  if (m->root_rank < 0 || m->root_rank >= world_size) {
+    return "root rank " + std::to_string(m->root_rank) + " of '" + m->name +
+           "' outside a job of size " + std::to_string(world_size);
+  }
+  const std::string bad_set = CheckRanks(m->process_set, world_size, "process set");
+  if (!bad_set.empty()) return bad_set;
   for (int64_t d : m->shape) {
     if (d < 0) return "negative dimension in the shape of '" + m->name + "'";
   }
@@ -278,7 +297,8 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
   return w.Take();
 }
 
-Status DecodeRequests(const std::string& bytes, int from_rank, std::vector<Request>* requests) {
+Status DecodeRequests(const std::string& bytes, int from_rank, int world_size,
+                      std::vector<Request>* requests) {
   Reader rd(bytes);
   TFRING_RETURN_IF_ERROR(CheckVersion(&rd, "request", from_rank));
   uint32_t n;
@@ -286,7 +306,7 @@ Status DecodeRequests(const std::string& bytes, int from_rank, std::vector<Reque
   requests->clear();
   for (uint32_t i = 0; i < n; ++i) {
     Request r;
-    std::string problem = GetSignature(&rd, &r);
+    std::string problem = GetSignature(&rd, world_size, &r);
     if (problem.empty() && (!rd.GetInts(&r.splits) || !rd.GetString(&r.call_site))) {
       problem = "truncated or damaged fields";
     }
@@ -317,7 +337,7 @@ std::string EncodeResponseList(const ResponseList& list) {
   return w.Take();
 }
 
-Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
+Status DecodeResponseList(const std::string& bytes, int world_size, ResponseList* list) {
   constexpr int kFrom = 0;  // responses come from rank 0
   Reader rd(bytes);
   TFRING_RETURN_IF_ERROR(CheckVersion(&rd, "response", kFrom));
@@ -329,12 +349,13 @@ Status DecodeResponseList(const std::string& bytes, ResponseList* list) {
   list->responses.clear();
   for (uint32_t i = 0; i < n; ++i) {
     Response r;
-    std::string problem = GetSignature(&rd, &r);
+    std::string problem = GetSignature(&rd, world_size, &r);
     if (problem.empty() && (!rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) ||
                             !rd.GetRanks(&r.joined) || !rd.GetString(&r.error) ||
                             !rd.GetString(&r.call_site))) {
       problem = "truncated or damaged fields";
     }
+    if (problem.empty()) problem = CheckRanks(r.joined, world_size, "joined ranks");
     if (!problem.empty()) {
       return Corrupt("response", kFrom, "response " + std::to_string(i) + ": " + problem);
     }

@@ -143,11 +143,13 @@ struct ResponseList {
 
 // The control-plane wire format: a version byte, then the messages; the fields Requests
 // and Responses share are encoded by one function for both. Decoding checks every length
-// against the bytes left and every enum against its values; a malformed message is an
-// Internal error naming the rank that sent it (`from_rank`; responses come from rank 0).
+// against the bytes left, every enum against its values and every rank (root, process set,
+// joined) against `world_size`; a malformed message is an Internal error naming the rank
+// that sent it (`from_rank`; responses come from rank 0).
 std::string EncodeRequests(const std::vector<Request>& requests);
-Status DecodeRequests(const std::string& bytes, int from_rank, std::vector<Request>* requests);
+Status DecodeRequests(const std::string& bytes, int from_rank, int world_size,
+                      std::vector<Request>* requests);
 std::string EncodeResponseList(const ResponseList& list);
-Status DecodeResponseList(const std::string& bytes, ResponseList* list);
+Status DecodeResponseList(const std::string& bytes, int world_size, ResponseList* list);
 
 }  // namespace tfring

@@ -1,5 +1,6 @@
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "tfring/kernels/backends/mpi/mpi_check.h"
@@ -94,6 +95,13 @@ Status MpiContext::MakeWorld(const WorldChoice& choice) {
   return Status::OK();
 }
 
+namespace {
+// tfring's rank, for MpiStatus: every other error names tfring's rank, which under
+// init(comm=...) is not the MPI_COMM_WORLD rank, and the MPI calls that fail are too many
+// and too deep to be handed it. -1 until a world is made.
+std::atomic<int> g_tfring_rank{-1};
+}  // namespace
+
 Status MpiStatus(int rc, const char* call, const char* file, int line) {
   // `call` is the whole C++ expression; its MPI function is what a reader needs.
   std::string function(call);
@@ -101,13 +109,18 @@ Status MpiStatus(int rc, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  int initialized = 0, finalized = 0, rank = -1;
+  int initialized = 0, finalized = 0, world_rank = -1;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const int rank = g_tfring_rank.load(std::memory_order_relaxed);
+  std::string who = "rank " + std::to_string(rank >= 0 ? rank : world_rank);
+  if (rank >= 0 && rank != world_rank) {
+    who += " (MPI_COMM_WORLD rank " + std::to_string(world_rank) + ")";
+  }
   std::string where(file);
   where = where.substr(where.find_last_of('/') + 1);
-  return Status::Internal(function + " failed on rank " + std::to_string(rank) + ": " +
+  return Status::Internal(function + " failed on " + who + ": " +
                           std::string(text, len) + " (" + where + ":" + std::to_string(line) +
                           ")");
 }
@@ -124,8 +137,8 @@ Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) 
   if (!initialized) {
     // Open MPI spins while it waits for a peer. A tfring rank shares its core(s) with
     // TensorFlow's threads, which computes the next gradients while a collective waits;
-    // a spinning wait takes that CPU away (measured with bench/keras_fit.py: 2 ranks on
-    // 2 cores went from 0.83 to 1.0 of one process). Yielding costs a syscall per poll.
+    // a spinning wait takes that CPU away. Yielding costs a syscall per poll, which a
+    // training step gains back many times over (docs/settings.md has the figures).
     // A value the user set wins; other MPIs ignore the variable.
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     TFRING_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level_));
@@ -135,6 +148,7 @@ Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) 
   }
   TFRING_RETURN_IF_ERROR(MakeWorld(choice));
   TFRING_RETURN_IF_ERROR(ComputeLayout());
+  g_tfring_rank.store(layout_.rank, std::memory_order_relaxed);
   *layout = layout_;
   return Status::OK();
 }
