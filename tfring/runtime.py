@@ -87,7 +87,7 @@ def start_timeline(file_path, mark_cycles=False):
         RuntimeError: when the file cannot be written, or a timeline is already running.
     """
     if not is_initialized():
-        raise ValueError("tfring.start_timeline() needs tfring.init() first.")
+        raise not_initialized("start_timeline()")
     error = ctypes.create_string_buffer(2048)
     code = _library.capi().tfring_start_timeline(str(file_path).encode(), int(bool(mark_cycles)),
                                                   error, len(error))
@@ -100,7 +100,7 @@ def stop_timeline():
     """Stops the timeline and closes its file (a valid JSON array). Harmless when none runs;
     a ValueError before `init()`, as Horovod."""
     if not is_initialized():
-        raise ValueError("tfring.stop_timeline() needs tfring.init() first.")
+        raise not_initialized("stop_timeline()")
     _library.capi().tfring_stop_timeline()
 
 
@@ -109,11 +109,16 @@ def is_initialized():
     return bool(_library.capi().tfring_is_initialized())
 
 
+def not_initialized(what):
+    """The ValueError (Horovod's type) for `what` asked before `init()`, in the words of
+    the library's own error (common/status.h, NotInitialized)."""
+    return ValueError(f"tfring has not been initialized: call tfring.init() before {what}")
+
+
 def _layout(fn_name, what):
     value = getattr(_library.capi(), fn_name)()
     if value < 0:
-        raise ValueError(f"tfring has not been initialized; call tfring.init() before asking "
-                         f"for the {what}.")
+        raise not_initialized(f"asking for the {what}")
     return value
 
 

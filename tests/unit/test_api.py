@@ -59,9 +59,13 @@ def test_ops_before_init_fail_clearly():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=ROOT).stdout
     assert "tfring has not been initialized: call tfring.init() before running 'early'" in out
-    assert "RANK: tfring has not been initialized; call tfring.init()" in out
-    assert "TIMELINE: tfring.start_timeline() needs tfring.init() first." in out  # Horovod's
-    assert "TIMELINE: tfring.stop_timeline() needs tfring.init() first." in out  # ValueError
+    assert "RANK: tfring has not been initialized: call tfring.init() before asking for the " \
+        "rank" in out
+    # Horovod's ValueError, in the library's words
+    assert "TIMELINE: tfring has not been initialized: call tfring.init() before " \
+        "start_timeline()" in out
+    assert "TIMELINE: tfring has not been initialized: call tfring.init() before " \
+        "stop_timeline()" in out
 
 
 def test_without_tensorflow_the_import_error_names_the_extras():

@@ -15,6 +15,11 @@ const char* StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+Status NotInitialized(const std::string& what) {
+  return Status::FailedPrecondition("tfring has not been initialized: call tfring.init() before " +
+                                    what);
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;

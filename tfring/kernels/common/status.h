@@ -54,6 +54,10 @@ class Status {
   std::string message_;
 };
 
+// The one error for anything asked of tfring before tfring.init(): "tfring has not been
+// initialized: call tfring.init() before <what>".
+Status NotInitialized(const std::string& what);
+
 }  // namespace tfring
 
 // Returns early from the enclosing function when `expr` is not OK.

@@ -34,6 +34,12 @@ enum class ReduceOp : uint8_t {
   kProduct = 5,
 };
 
+// The op the data is reduced with: an Average travels as a Sum and is divided afterwards
+// (by the ranks that had data, which only the executor knows), so no backend ever sees it.
+constexpr ReduceOp WireOp(ReduceOp op) {
+  return op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+}
+
 enum class CollectiveKind : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,

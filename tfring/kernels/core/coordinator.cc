@@ -27,10 +27,10 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       control_plane_(std::move(control_plane)),
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
-      host_(std::move(backend), rank_, size_),
-      device_(std::move(device_executor)),
-      make_set_(std::move(process_sets)),
+      executors_(std::move(backend), rank_, size_, std::move(device_executor),
+                 std::move(process_sets), &timeline_),
       all_ranks_(SetMembers({}, size_)),
+      intake_(rank_),
       cache_(options.cache_capacity),
       joined_ranks_(size_, false),
       negotiator_(size_),
@@ -40,8 +40,6 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
     autotuner_ = std::make_unique<Autotuner>(options);
     if (!options.autotune_log.empty()) init_status_ = autotuner_->OpenLog(options.autotune_log);
   }
-  host_.set_timeline(&timeline_);
-  if (device_) device_->set_timeline(&timeline_);
 }
 
 Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
@@ -69,10 +67,8 @@ void Coordinator::ApplyParams(const ResponseList& list) {
 Coordinator::~Coordinator() { Shutdown(); }
 
 void Coordinator::Start() {
-  std::lock_guard<std::mutex> lock(mutex_);
   TFRING_CHECK(!thread_.joinable()) << "Coordinator started twice";
-  accepting_ = true;
-  started_ = true;
+  intake_.Open();
   last_stall_warning_ = SteadyClock::now();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -91,7 +87,7 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
     return "rank " + std::to_string(rank_) + " is not in the process set " +
            RankListString(set) + " of '" + r.name + "': only its members may submit it";
   }
-  if (!set.empty() && !make_set_) {
+  if (!set.empty() && !executors_.supports_sets()) {
     return "tensor '" + r.name + "' is in a process set, which this runtime does not support";
   }
   if (r.kind == CollectiveKind::kBroadcast && !set.empty() && !IsMember(set, r.root_rank)) {
@@ -125,53 +121,19 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
   if (entries.empty()) return;
   if (entries[0].eager) {
     EnqueueAndDrive(std::move(entries));  // coordinator_drive.cc
-  } else if (Queue(&entries)) {
-    wake_.notify_one();
+  } else if (intake_.Put(&entries)) {
+    intake_.Wake();
   }
-}
-
-bool Coordinator::Queue(std::vector<Entry>* entries) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!accepting_) {
-    const Status stopped = stopped_status_;
-    lock.unlock();
-    for (Entry& e : *entries) {
-      e.done(stopped.ok() ? Status::FailedPrecondition(
-                                "tfring is not running (call tfring.init() first)")
-                          : NamingTensor(stopped, e.request.name));
-    }
-    return false;
-  }
-  // The cycle waits for a burst of graph ops to end (WaitForBurstToEnd). The entries of one
-  // op with several tensors arrive here together and complete, and so does a grouped op's
-  // unit (Signature::parts): they count as no burst, and the cycle takes them at once.
-  if (entries->size() == 1 && !(*entries)[0].eager && (*entries)[0].request.parts.empty()) {
-    graph_ops_enqueued_.fetch_add(1, std::memory_order_relaxed);
-  }
-  const int count = static_cast<int>(entries->size());
-  queue_.push_back(std::move(*entries));  // the op's entries stay where its kernel put them
-  queued_.fetch_add(count, std::memory_order_release);
-  return true;
 }
 
 void Coordinator::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    shutdown_requested_ = true;
-  }
-  wake_.notify_one();
+  intake_.RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
-bool Coordinator::stopped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return started_ && !accepting_;
-}
+bool Coordinator::stopped() const { return intake_.stopped(); }
 
-bool Coordinator::peer_lost() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return peer_lost_;
-}
+bool Coordinator::peer_lost() const { return intake_.peer_lost(); }
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const auto now = SteadyClock::now();
@@ -187,11 +149,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   // a not-joined and a still-running bit (cycle_bits.h).
   const int nbits = cache_.num_bits();
   CycleBits bits(nbits, size_);
-  bool shutting_down;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    shutting_down = shutdown_requested_;
-  }
+  const bool shutting_down = intake_.stop_requested();
   if (send_order_.empty() && !force_round) bits.SetNoNewRequests();
   if (joined_) bits.MarkJoined(rank_);
   if (shutting_down) bits.MarkStopping(rank_);
@@ -304,44 +262,32 @@ void Coordinator::Finish(const std::string& name, const Status& status) {
 
 void Coordinator::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
+  std::atomic<int>* const drive_count = it->second.entry.drive_count;
   timeline_.End(it->first);
   pending_.by_name().erase(it);
-  done(status);
+  Entry::Complete(std::move(done), drive_count, status);
 }
 
 void Coordinator::FinishAtSlot(int slot, const Status& status) {
   Pending* p = pending_.AtSlot(slot);
   auto done = std::move(p->entry.done);
+  std::atomic<int>* const drive_count = p->entry.drive_count;
   timeline_.End(p->entry.request.name);
   pending_.EraseAtSlot(slot);  // where it is: no move of the entry
-  done(status);
-}
-
-// Every op that fails because tfring stopped, whether it was pending, queued or submitted
-// later, names its own tensor: the user learns which of their calls failed.
-Status Coordinator::NamingTensor(const Status& status, const std::string& name) const {
-  return Status(status.code(),
-                status.message() + " (tensor '" + name + "', rank " + std::to_string(rank_) + ")");
+  Entry::Complete(std::move(done), drive_count, status);
 }
 
 void Coordinator::FailEverything(const Status& status) {
-  std::vector<std::vector<Entry>> queued;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    accepting_ = false;
-    stopped_status_ = status;
-    queued.swap(queue_);
-    queued_.store(0, std::memory_order_relaxed);
-  }
+  std::vector<std::vector<Entry>> queued = intake_.Close(status);
   std::vector<std::string> names;
   for (const auto& kv : pending_.by_name()) names.push_back(kv.first);
-  for (const auto& n : names) Finish(n, NamingTensor(status, n));
+  for (const auto& n : names) Finish(n, NamingTensor(status, n, rank_));
   for (int slot : pending_.WaitingSlots()) {
-    FinishAtSlot(slot, NamingTensor(status, pending_.AtSlot(slot)->entry.request.name));
+    FinishAtSlot(slot, NamingTensor(status, pending_.AtSlot(slot)->entry.request.name, rank_));
   }
   send_order_.clear();
   for (std::vector<Entry>& op : queued) {
-    for (Entry& e : op) e.done(NamingTensor(status, e.request.name));
+    for (Entry& e : op) e.Complete(NamingTensor(status, e.request.name, rank_));
   }
 }
 

@@ -42,21 +42,16 @@
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
+#include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/response_cache.h"
+#include "tfring/kernels/core/set_executors.h"
 #include "tfring/kernels/core/timeline.h"
 #include "tfring/kernels/core/unnamed_names.h"
 
 namespace tfring {
 
-// The executors of one process set: host tensors, and GPU tensors (may be null); or why
-// the set could not be made.
-struct SetExecutors {
-  std::unique_ptr<GroupExecutor> host;
-  std::unique_ptr<GroupExecutor> device;
-  Status status;
-};
 // What one cycle executes, in order: responses from the cache, by pointer (no copy per
 // tensor per cycle), and responses made in the cycle (negotiated, or cached ones with the
 // ranks that have joined), which it owns. Each carries the cache slot it came from (-1 for
@@ -92,11 +87,6 @@ class RecentBursts {
   size_t next_ = 0;
 };
 
-// Makes the executors of the process set `members` (global ranks, ascending). Called on
-// the coordinator thread of each member, at the same point of their common collectives,
-// once per set: it returns the same status on every member.
-using ProcessSetFactory =
-    std::function<Status(const std::vector<int32_t>& members, SetExecutors* out)>;
 
 class Coordinator {
  public:
@@ -154,8 +144,6 @@ class Coordinator {
   // Queues an eager op's entries and runs cycles on this thread until they complete (or
   // for a while), unless another thread keeps running cycles (coordinator_drive.cc).
   void EnqueueAndDrive(std::vector<Entry> entries);
-  // Adds entries to the queue; false (and every entry failed) when not accepting any.
-  bool Queue(std::vector<Entry>* entries);
   // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time, and
   // no longer once the burst is as large as the largest recent one.
   void WaitForBurstToEnd(SteadyClock::duration cycle_time);
@@ -187,9 +175,6 @@ class Coordinator {
   int64_t Execute(const CycleItems& responses);
   // Runs the responses of one process set that this rank is a member of.
   int64_t ExecuteInSet(const std::vector<int32_t>& members, const CycleItems& responses);
-  // The executors of a set (the global ones for all ranks); made on first use.
-  Status ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
-                      GroupExecutor** device);
   // Checks and normalizes an entry's process set and makes its name the tensor key; a
   // message on error.
   std::string PrepareEntry(Entry* e) const;
@@ -202,36 +187,18 @@ class Coordinator {
   void Finish(Table::iterator it, const Status& status);
   void FinishAtSlot(int slot, const Status& status);
   void FailEverything(const Status& status);
-  Status NamingTensor(const Status& status, const std::string& name) const;
   void CheckStalls(SteadyClock::time_point now, bool* force_round);
 
   const Options options_;
   std::unique_ptr<ControlPlane> control_plane_;
   const int rank_;
   const int size_;
-  HostExecutor host_;
-  std::unique_ptr<GroupExecutor> device_;
-  ProcessSetFactory make_set_;
+  SetExecutorTable executors_;
   const std::vector<int32_t> all_ranks_;  // 0 .. size - 1
-  std::map<std::vector<int32_t>, SetExecutors> sets_;  // by members; made on first use
 
-  // Shared with Enqueue/Shutdown callers.
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  // Each queued op's entries, as its kernel made them: queueing moves no Entry (large: a
-  // request, three std::functions), and TakeNewEntries swaps this with taken_, so both
-  // keep their capacity. (A deque of Entry would hold one per block: a malloc and a free
-  // each.)
-  std::vector<std::vector<Entry>> queue_;
-  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
-  std::atomic<uint64_t> graph_ops_enqueued_{0};  // entries with !eager, ever
-  bool accepting_ = false;
-  bool started_ = false;
-  bool shutdown_requested_ = false;
-  bool handed_over_ = false;  // an eager caller stopped driving with entries in flight
-  Status stopped_status_;
-  bool peer_lost_ = false;
-  std::thread thread_;
+  // Shared with every thread that submits, shuts down or asks about the state.
+  Intake intake_;
+  std::thread thread_;  // started and joined by the owner's thread (Start, Shutdown)
 
   // Whoever runs a cycle holds this: the background thread, or an eager caller driving.
   std::mutex cycle_mutex_;
@@ -243,7 +210,7 @@ class Coordinator {
 
   // Owned by whoever holds cycle_mutex_.
   SteadyClock::time_point last_work_{};  // the last cycle that had entries pending
-  std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from queue_
+  std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from intake_
   PendingEntries pending_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
   ResponseCache cache_;

@@ -71,28 +71,18 @@ void Coordinator::Loop() {
     if (wait > SteadyClock::duration::zero()) {
       // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
       // sleeping thread costs more than a small collective.
-      while (queued_.load(std::memory_order_acquire) == 0 &&
+      while (intake_.queued() == 0 &&
              SteadyClock::now() - last_progress < kHotSpin) {
         sched_yield();
       }
     }
-    bool stopping;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wait > SteadyClock::duration::zero()) {
-        wake_.wait_for(lock, wait, [this] {
-          return !queue_.empty() || shutdown_requested_ || handed_over_;
-        });
-      }
-      stopping = shutdown_requested_;
-      handed_over_ = false;
-    }
+    const bool stopping = intake_.WaitForWork(wait);
     // Eager callers that drive cycles (EnqueueAndDrive) keep the cycles going: with nothing
     // left to do, the next idle cycle is due a cycle time after their last one. Checked
     // without the lock, so that this thread's timer never holds a caller up.
     const auto since_last = SteadyClock::now().time_since_epoch() -
                             std::chrono::nanoseconds(last_cycle_ns_.load());
-    if (!stopping && !in_flight_.load() && queued_.load(std::memory_order_acquire) == 0 &&
+    if (!stopping && !in_flight_.load() && intake_.queued() == 0 &&
         since_last < cycle_time) {
       idle_wait = std::min(idle_wait * 2, cycle_time * kMaxIdleWaits);
       continue;
@@ -116,7 +106,7 @@ void Coordinator::Loop() {
 }
 
 void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
-  uint64_t seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+  uint64_t seen = intake_.graph_ops();
   if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
   // Once as many ops have come as in the largest recent burst, this burst (a step's
   // gradients, as last time) is complete: waiting out the gap would only delay it. On a
@@ -129,7 +119,7 @@ void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
   const auto deadline = SteadyClock::now() + std::max(cycle_time, gap);
   while (!complete() && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(gap);  // sleeps, so the executor thread can run (shared core)
-    const uint64_t now_seen = graph_ops_enqueued_.load(std::memory_order_relaxed);
+    const uint64_t now_seen = intake_.graph_ops();
     if (now_seen == seen) break;
     seen = now_seen;
   }
@@ -148,26 +138,16 @@ bool Coordinator::CycleOnce(bool* progress) {
                            SteadyClock::now().time_since_epoch()).count());
   if (!s.ok()) {
     TFRING_LOG(kError) << s.message();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      peer_lost_ = true;
-    }
+    intake_.MarkPeerLost();
     FailEverything(s);
   }
   if (s.ok() && !stop) return true;
   cycles_ended_ = true;
-  wake_.notify_one();  // the background thread sees it and ends
+  intake_.Wake();  // the background thread sees it and ends
   return false;
 }
 
 void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
-  auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(entries.size()));
-  for (Entry& e : entries) {
-    e.done = [remaining, done = std::move(e.done)](const Status& s) {
-      done(s);
-      remaining->fetch_sub(1, std::memory_order_acq_rel);
-    };
-  }
   // The lock comes first, so that the background thread never finds these entries queued
   // with the lock free, and runs the cycle itself. It holds the lock for a moment when it
   // wakes on its timer, and for a cycle when it runs one (which the peers join soon): worth
@@ -176,25 +156,34 @@ void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
   std::unique_lock<std::mutex> cycle(cycle_mutex_, std::defer_lock);
   const auto give_up = SteadyClock::now() + kLockWait;
   while (!t_in_cycle && !cycle.try_lock() && SteadyClock::now() < give_up) sched_yield();
-  if (!Queue(&entries)) return;
+  // The op's entries not done yet: they complete only in cycles, which this thread runs
+  // while it holds the lock (Entry::drive_count).
+  std::atomic<int> remaining{static_cast<int>(entries.size())};
+  if (cycle.owns_lock()) {
+    for (Entry& e : entries) e.drive_count = &remaining;
+  }
+  if (!intake_.Put(&entries)) return;
   if (!cycle.owns_lock()) {
-    wake_.notify_one();  // the thread running cycles takes them
+    intake_.Wake();  // the thread running cycles takes them
     return;
   }
+  // At least one cycle, which takes this op's entries out of the intake (before the
+  // deadline check: this thread may have been descheduled past it already).
   const auto deadline = SteadyClock::now() + kDriveFor;
-  while (remaining->load(std::memory_order_acquire) > 0 && SteadyClock::now() < deadline) {
+  do {
     bool progress = false;
+    // Cycles end by failing every entry, this op's too: nothing then points at `remaining`.
     if (!CycleOnce(&progress)) return;
+  } while (remaining.load(std::memory_order_acquire) > 0 && SteadyClock::now() < deadline);
+  const bool unfinished = remaining.load(std::memory_order_acquire) > 0;
+  if (unfinished) {  // the background thread finishes them, when `remaining` is gone
+    pending_.ForEachEntry([&remaining](Entry& e) {
+      if (e.drive_count == &remaining) e.drive_count = nullptr;
+    });
   }
-  const bool leftover = !pending_.empty() || remaining->load(std::memory_order_acquire) > 0;
+  const bool leftover = unfinished || !pending_.empty();
   cycle.unlock();
-  if (leftover) {  // the background thread carries on, at once, whatever it was waiting for
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      handed_over_ = true;
-    }
-    wake_.notify_one();
-  }
+  if (leftover) intake_.HandOver();  // the background thread carries on, at once
 }
 
 }  // namespace tfring

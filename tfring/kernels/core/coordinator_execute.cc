@@ -49,7 +49,7 @@ Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scrat
     case CollectiveKind::kAllreduce:
     case CollectiveKind::kReducescatter: {
       char* in = scratch->Buffer(count * esize);
-      const ReduceOp op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+      const ReduceOp op = WireOp(r.reduce_op);
       if (MixedParts(r)) {  // each tensor of the unit in its own dtype; the gaps are unread
         const Packed packed = PlanParts(r.parts);
         for (size_t i = 0; i < r.parts.size(); ++i) {
@@ -122,32 +122,6 @@ void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
     if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
     Finish(name, Status::OK());
   }
-}
-
-Status Coordinator::ExecutorsFor(const std::vector<int32_t>& members, GroupExecutor** host,
-                                 GroupExecutor** device) {
-  if (static_cast<int>(members.size()) == size_) {
-    *host = &host_;
-    *device = device_.get();
-    return Status::OK();
-  }
-  auto it = sets_.find(members);
-  if (it == sets_.end()) {
-    // Made once, whatever the outcome: a failure is the set's answer from then on (the
-    // factory agrees on it among the members; making it again would be a collective that
-    // the other members never join).
-    SetExecutors made;
-    made.status = make_set_(members, &made);
-    if (made.status.ok()) {
-      made.host->set_timeline(&timeline_);
-      if (made.device) made.device->set_timeline(&timeline_);
-    }
-    it = sets_.emplace(members, std::move(made)).first;
-  }
-  TFRING_RETURN_IF_ERROR(it->second.status);
-  *host = it->second.host.get();
-  *device = it->second.device.get();
-  return Status::OK();
 }
 
 int64_t Coordinator::Execute(const CycleItems& responses) {
@@ -244,7 +218,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   }
   GroupExecutor* host = nullptr;
   GroupExecutor* device = nullptr;
-  const Status made = ExecutorsFor(members, &host, &device);
+  const Status made = executors_.For(members, &host, &device);
   for (const std::vector<int>& group : PlanFusion(items, fusion_threshold_bytes_.load(),
                                                        options_.fusion_alone_bytes)) {
     std::vector<Entry*> es;

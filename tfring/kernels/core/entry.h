@@ -69,6 +69,20 @@ struct Entry {
   // Called exactly once, on the background thread (or on the caller's thread when the op
   // fails before it is queued).
   std::function<void(const Status&)> done;
+  // Set while an eager caller runs cycles for its op (Coordinator::EnqueueAndDrive): the
+  // count of the op's entries not done yet, on that caller's stack, so it knows when to
+  // stop. The caller clears it on entries still pending when it leaves. Null otherwise.
+  std::atomic<int>* drive_count = nullptr;
+
+  // Completes the entry once it has been taken out of where it was held: calls `done`,
+  // then counts down `drive_count`.
+  static void Complete(std::function<void(const Status&)> done, std::atomic<int>* drive_count,
+                       const Status& status) {
+    done(status);
+    if (drive_count) drive_count->fetch_sub(1, std::memory_order_release);
+  }
+  // Completes an entry that nothing holds any more (a queued op failed as it is taken).
+  void Complete(const Status& status) { Complete(std::move(done), drive_count, status); }
 };
 
 }  // namespace tfring

@@ -52,7 +52,7 @@ void HostExecutor::Postprocess(DataType dtype, double postscale, const Response&
 
 Status HostExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
   const DataType dtype = r.dtype;
-  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const ReduceOp wire_op = WireOp(r.reduce_op);
   const size_t esize = DataTypeSize(dtype);
   if (group.size() == 1 && MixedParts(group[0]->request)) return AllreduceMixedUnit(*group[0], r);
   if (group.size() == 1) {
@@ -107,7 +107,7 @@ Status HostExecutor::AllreduceMixedUnit(Entry& e, const Response& r) {
   const Packed packed = PlanParts(parts);
   char* buffer = static_cast<char*>(e.output);
   if (e.output != e.input) CopyBytes(e.output, e.input, packed.total_bytes);
-  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const ReduceOp wire_op = WireOp(r.reduce_op);
   if (recording()) {
     Phase({&e}, PhaseName(backend_->allreduce_phase()),
           Timeline::GroupArgs({&e}, packed.total_bytes));
@@ -195,7 +195,7 @@ Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
 }
 
 Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Response& r) {
-  const ReduceOp wire_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  const ReduceOp wire_op = WireOp(r.reduce_op);
   const size_t esize = DataTypeSize(r.dtype);
   for (Entry* e : group) {
     const int64_t row = RowBytes(e->request) / static_cast<int64_t>(esize);

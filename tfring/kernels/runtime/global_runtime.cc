@@ -240,11 +240,18 @@ ProcessLayout GlobalRuntime::layout() {
   return layout_;
 }
 
+bool GlobalRuntime::Acquire(Running* running) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!coordinator_) return false;
+  running->coordinator = coordinator_;
+  running->layout = layout_;
+  return true;
+}
+
 Status GlobalRuntime::StartTimeline(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!coordinator_) {
-    return Status::FailedPrecondition(
-        "tfring has not been initialized: call tfring.init() before start_timeline()");
+    return NotInitialized("start_timeline()");
   }
   return coordinator_->StartTimeline(path, mark_cycles);
 }
@@ -275,18 +282,12 @@ void GlobalRuntime::EnqueueAll(std::vector<Entry> entries) {
   }
   if (!coordinator) {
     for (Entry& e : entries) {
-      e.done(Status::FailedPrecondition("tfring has not been initialized: call tfring.init() "
-                                        "before running '" + e.request.name + "'"));
+      e.done(NotInitialized("running '" + e.request.name + "'"));
     }
     return;
   }
   coordinator->EnqueueAll(std::move(entries));
 }
 
-std::string GlobalRuntime::NextUnnamedName(const std::vector<int32_t>& process_set) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Before init the call fails at Enqueue; its name is never used.
-  return coordinator_ ? coordinator_->NextUnnamedName(process_set) : "unnamed.0";
-}
 
 }  // namespace tfring

@@ -27,6 +27,16 @@ class GlobalRuntime {
   void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
   bool initialized();
   ProcessLayout layout();  // valid once initialized
+
+  // What an op needs of the running runtime, taken under one lock: the coordinator (a
+  // reference, so that a concurrent Shutdown cannot free it while the op is handed over;
+  // Shutdown waits for such references to go) and this process's layout.
+  struct Running {
+    std::shared_ptr<Coordinator> coordinator;
+    ProcessLayout layout;
+  };
+  // Fills `running`; false before init() (the caller reports NotInitialized, common/status.h).
+  bool Acquire(Running* running);
   // Whether MPI runs with MPI_THREAD_MULTIPLE; false before init.
   bool mpi_threads_supported();
 
@@ -36,17 +46,11 @@ class GlobalRuntime {
   // The fusion threshold and cycle time in force; false before init.
   bool TunedParamsNow(TunedParams* params);
 
-  // Queues `entry`, or fails it at once when the runtime is not initialized.
+  // Queues `entry`, or fails it at once when the runtime is not initialized (for callers
+  // without a Running: the C API's and the native tests').
   void Enqueue(Entry entry);
   // The tensors of one op, queued together (Coordinator::EnqueueAll).
   void EnqueueAll(std::vector<Entry> entries);
-
-  // The name of this process's next unnamed eager call in `process_set` ("unnamed.<n>",
-  // n counting such calls in that set since init: core/unnamed_names.h). Ranks that make
-  // the same calls agree.
-  // Taken only by a call that is about to be queued, so a call that fails its checks
-  // first shifts nothing.
-  std::string NextUnnamedName(const std::vector<int32_t>& process_set);
 
  private:
   GlobalRuntime();

@@ -120,7 +120,8 @@ class AllreduceOp : public AsyncOpKernel {
     // an entry made first (three std::functions) once per tensor per step.
     const bool unit = !kOnGpu && n > 1;
     std::vector<Entry> entries(unit ? 1 : n);
-    if (!CheckInitialized(ctx, display_name_)) return done();
+    GlobalRuntime::Running runtime;
+    if (!AcquireRuntime(ctx, display_name_, &runtime)) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
@@ -156,7 +157,7 @@ class AllreduceOp : public AsyncOpKernel {
       }
     }
     SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), attrs_.eager, bytes,
-                      attrs_.name);
+                      attrs_.name, &runtime);
   }
 
  private:
@@ -177,12 +178,14 @@ class AllgatherOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
     std::vector<Entry> entries(n);
+    GlobalRuntime::Running runtime;
+    if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
       e.request.name = OpName::Of(name_.Display(), i, n);
-      if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
+      if (!CheckDtype<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
         TFRING_FAIL_ASYNC(ctx,
                           absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
@@ -198,7 +201,7 @@ class AllgatherOp : public AsyncOpKernel {
       bytes += input.TotalBytes();
     }
     if (n == 0) return done();
-    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager_, bytes, name_);
+    SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager_, bytes, name_, &runtime);
   }
 
  private:
@@ -220,8 +223,11 @@ class BroadcastOp : public AsyncOpKernel {
     const Tensor& input = ctx->input(0);
     Entry e;
     e.request.name = name_.Display();
-    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    GlobalRuntime::Running runtime;
+    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
+      return done();
+    }
+    const ProcessLayout& layout = runtime.layout;
     if (root_rank_ < 0 || root_rank_ >= layout.size) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError(
@@ -244,7 +250,8 @@ class BroadcastOp : public AsyncOpKernel {
       OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, input.shape(), &output), done);
       e.output = MutableDataOf(output);
     }
-    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes(), name_);
+    SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes(), name_,
+                      &runtime);
   }
 
  private:
@@ -264,7 +271,10 @@ class ReducescatterOp : public AsyncOpKernel {
     const Tensor& input = ctx->input(0);
     Entry e;
     e.request.name = attrs_.name.Display();
-    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
+    GlobalRuntime::Running runtime;
+    if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
+      return done();
+    }
     if (input.dims() == 0) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
@@ -274,7 +284,9 @@ class ReducescatterOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kReducescatter, &e.request), done);
     e.request.shape = ShapeOf(input);
     int set_size = 0, position = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.View(e.request.name, &set_size, &position), done);
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.View(runtime.layout, e.request.name, &set_size,
+                                              &position),
+                         done);
     tensorflow::TensorShape out_shape = input.shape();
     out_shape.set_dim(0, ReducescatterRows(input.dim_size(0), set_size)[position]);
     Tensor* output = nullptr;
@@ -282,7 +294,7 @@ class ReducescatterOp : public AsyncOpKernel {
     e.input = DataOf(input);
     e.output = MutableDataOf(output);
     SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), attrs_.eager, input.TotalBytes(),
-                      attrs_.name);
+                      attrs_.name, &runtime);
   }
 
  private:
@@ -302,9 +314,10 @@ class AlltoallOp : public AsyncOpKernel {
     Entry e;
     const std::string name = op_name_.Display();
     e.request.name = name;
-    if (!CheckCommon<kOnGpu>(ctx, name, input, &e.request.dtype)) return done();
+    GlobalRuntime::Running runtime;
+    if (!CheckCommon<kOnGpu>(ctx, name, input, &e.request.dtype, &runtime)) return done();
     int set_size = 0, position = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, set_.View(name, &set_size, &position), done);
+    OP_REQUIRES_OK_ASYNC(ctx, set_.View(runtime.layout, name, &set_size, &position), done);
     std::string problem;
     if (input.dims() == 0) {
       problem = "alltoall needs a tensor of rank >= 1; '" + name + "' is a scalar";
@@ -340,7 +353,7 @@ class AlltoallOp : public AsyncOpKernel {
     };
     e.allocate_output = OutputAllocator(ctx, 0, "alltoall");
     SubmitOne<kOnGpu>(ctx, std::move(done), std::move(e), eager_, input.TotalBytes(),
-                      op_name_);
+                      op_name_, &runtime);
   }
 
  private:
@@ -358,20 +371,16 @@ class BarrierOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    if (!GlobalRuntime::Get().initialized()) {
-      TFRING_FAIL_ASYNC(ctx,
-                        absl::FailedPreconditionError(
-                            "tfring has not been initialized: call tfring.init() before "
-                            "running '" + name_.Display() + "'"),
-                        done);
-    }
+    GlobalRuntime::Running runtime;
+    if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
     Entry e;
     e.request.name = name_.Display();
     e.request.kind = CollectiveKind::kBarrier;
     e.request.process_set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
-    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_);
+    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_,
+                                &runtime);
   }
 
  private:
@@ -390,11 +399,9 @@ class JoinOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    if (!GlobalRuntime::Get().initialized()) {
-      TFRING_FAIL_ASYNC(ctx,
-                        absl::FailedPreconditionError(
-                            "tfring has not been initialized: call tfring.init() before join()"),
-                        done);
+    GlobalRuntime::Running runtime;
+    if (!GlobalRuntime::Get().Acquire(&runtime)) {
+      TFRING_FAIL_ASYNC(ctx, ToTfStatus(NotInitialized("join()")), done);
     }
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
@@ -407,7 +414,7 @@ class JoinOp : public AsyncOpKernel {
     e.output = output->data();
     // Waits for the slowest rank: never inline on the caller's thread.
     SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, INT64_MAX,
-                                OpName("tfring.join"));
+                                OpName("tfring.join"), &runtime);
   }
 
  private:
@@ -419,13 +426,12 @@ class LayoutOp : public tensorflow::OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
-    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
-                absl::FailedPreconditionError(
-                    "tfring has not been initialized: call tfring.init() before running " +
-                    name()));
+    GlobalRuntime::Running runtime;
+    OP_REQUIRES(ctx, GlobalRuntime::Get().Acquire(&runtime),
+                ToTfStatus(NotInitialized("running " + name())));
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output));
-    output->scalar<int32_t>()() = GlobalRuntime::Get().layout().*Field;
+    output->scalar<int32_t>()() = runtime.layout.*Field;
   }
 };
 

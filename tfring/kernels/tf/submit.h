@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,13 @@ using tensorflow::Tensor;
   } while (0)
 
 // Checks shared by every collective kernel; false (with the context failed) on error.
-// Whether tfring has been initialized (checked once per op: it takes the runtime's lock).
-inline bool CheckInitialized(OpKernelContext* ctx, const std::string& name) {
-  if (GlobalRuntime::Get().initialized()) return true;
-  ctx->SetStatus(absl::FailedPreconditionError(
-      "tfring has not been initialized: call tfring.init() before running '" + name + "'"));
+// The running runtime, for op `name`: the one check that tfring is initialized, and the one
+// lock of the runtime an op takes on the caller's thread (the layout and the coordinator
+// come together; GlobalRuntime::Acquire).
+inline bool AcquireRuntime(OpKernelContext* ctx, const std::string& name,
+                           GlobalRuntime::Running* runtime) {
+  if (GlobalRuntime::Get().Acquire(runtime)) return true;
+  ctx->SetStatus(ToTfStatus(NotInitialized("running '" + name + "'")));
   return false;
 }
 
@@ -64,15 +67,16 @@ bool CheckDtype(OpKernelContext* ctx, const std::string& name, const Tensor& t,
 // Both, for a kernel's one tensor.
 template <bool kOnGpu>
 bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
-                 DataType* dtype) {
-  return CheckInitialized(ctx, name) && CheckDtype<kOnGpu>(ctx, name, t, dtype);
+                 DataType* dtype, GlobalRuntime::Running* runtime) {
+  return AcquireRuntime(ctx, name, runtime) && CheckDtype<kOnGpu>(ctx, name, t, dtype);
 }
 
-// Hands `entries` (their done callbacks set) to the runtime, together. A kernel on a GPU
-// first ties each entry to TensorFlow's stream (tf/gpu/gpu_entry.h), so the runtime reads
-// the input only once its producer has written it.
+// Hands `entries` (their done callbacks set) to `coordinator`, together; the reference is
+// dropped on return. A kernel on a GPU first ties each entry to TensorFlow's stream
+// (tf/gpu/gpu_entry.h), so the runtime reads the input only once its producer has written it.
 template <bool kOnGpu>
-void Submit(OpKernelContext* ctx, std::vector<Entry> entries) {
+void Submit(OpKernelContext* ctx, std::vector<Entry> entries,
+            std::shared_ptr<Coordinator> coordinator) {
 #if TFRING_WITH_NCCL
   if (kOnGpu) {
     std::vector<Entry> attached;
@@ -87,7 +91,7 @@ void Submit(OpKernelContext* ctx, std::vector<Entry> entries) {
     entries.swap(attached);
   }
 #endif
-  GlobalRuntime::Get().EnqueueAll(std::move(entries));
+  coordinator->EnqueueAll(std::move(entries));
 }
 
 // An op's process set (its "process_set" attribute: the members' ranks, ascending; empty
@@ -100,8 +104,8 @@ struct ProcessSetAttr {
   }
 
   // The set's size and this rank's position in it; an error when this rank is not a member.
-  absl::Status View(const std::string& name, int* size, int* position) const {
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+  absl::Status View(const ProcessLayout& layout, const std::string& name, int* size,
+                    int* position) const {
     if (ranks.empty()) {
       *size = layout.size;
       *position = layout.rank;
@@ -122,7 +126,7 @@ struct ProcessSetAttr {
 // How an op's tensors are named: its "tensor_name" and "call_site" attributes. A name the
 // user gave or one derived from the graph (tfring/naming.py) is used as it is. An unnamed
 // eager call has an empty tensor_name and takes the next "unnamed.<n>" of its process set
-// only when it is queued (GlobalRuntime::NextUnnamedName): a call that fails its checks
+// only when it is queued (Coordinator::NextUnnamedName): a call that fails its checks
 // shifts no later name, and the attributes (so TensorFlow's cached kernel) stay the same
 // from call to call.
 struct OpName {
@@ -151,10 +155,11 @@ struct OpName {
 // caller's thread (adapter.h). Unnamed calls get their names here, once every check passed.
 template <bool kOnGpu>
 void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vector<Entry> entries,
-               bool eager, int64_t bytes, const OpName& op_name) {
+               bool eager, int64_t bytes, const OpName& op_name,
+               GlobalRuntime::Running* runtime) {
   if (op_name.unnamed() && !entries.empty()) {
     const std::string base =
-        GlobalRuntime::Get().NextUnnamedName(entries[0].request.process_set);
+        runtime->coordinator->NextUnnamedName(entries[0].request.process_set);
     const int n = static_cast<int>(entries.size());
     for (int i = 0; i < n; ++i) {
       entries[i].request.name = OpName::Of(base, i, n);
@@ -168,16 +173,16 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
     e.eager = eager;
     e.done = completion->EntryCallback();
   }
-  Submit<kOnGpu>(ctx, std::move(entries));
+  Submit<kOnGpu>(ctx, std::move(entries), std::move(runtime->coordinator));
   completion->WaitInlineAndRelease();
 }
 
 template <bool kOnGpu>
 void SubmitOne(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, Entry e, bool eager,
-               int64_t bytes, const OpName& op_name) {
+               int64_t bytes, const OpName& op_name, GlobalRuntime::Running* runtime) {
   std::vector<Entry> entries;
   entries.push_back(std::move(e));
-  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes, op_name);
+  SubmitAll<kOnGpu>(ctx, std::move(done), std::move(entries), eager, bytes, op_name, runtime);
 }
 
 }  // namespace tfring

@@ -59,9 +59,9 @@ Status MpiBackend::HierarchicalAllreduce(const void* in, void* out, int count,
 Status MpiBackend::Init() { return own_.Create(); }
 
 MPI_Op MpiBackend::OpFor(DataType dtype, ReduceOp op) const {
-  // An Average reaches the backend as a Sum, scaled after (the caller's job); map it here
-  // too, so that it can never fall through to MPI's native (possibly saturating) sum.
-  if (op == ReduceOp::kAverage) op = ReduceOp::kSum;
+  // The executors hand over WireOp's op; mapped here too, so that an Average can never
+  // fall through to MPI's native (possibly saturating) sum.
+  op = WireOp(op);
   const MPI_Op own = own_.op(dtype, op);
   return own != MPI_OP_NULL ? own : NativeOp(op);
 }

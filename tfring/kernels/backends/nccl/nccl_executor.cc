@@ -36,14 +36,12 @@ ncclDataType_t NcclType(DataType dtype) {
 }
 
 ncclRedOp_t NcclOp(ReduceOp op) {
-  switch (op) {
+  switch (WireOp(op)) {
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
     case ReduceOp::kProduct: return ncclProd;
-    case ReduceOp::kSum:
-    case ReduceOp::kAverage: return ncclSum;
+    default: return ncclSum;
   }
-  return ncclSum;
 }
 
 // PreMulSum's scalar, in the reduction's own type.
@@ -68,7 +66,7 @@ Scalar ScalarOf(DataType dtype, double factor) {
 }  // namespace
 Status NcclExecutor::PlanReduction(const Response& r, const Comm& comm, Reduction* plan) {
   plan->op = NcclOp(r.reduce_op);
-  plan->host_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  plan->host_op = WireOp(r.reduce_op);
   const bool additive = r.reduce_op == ReduceOp::kSum || r.reduce_op == ReduceOp::kAverage;
   if (!IsFloatingPoint(r.dtype)) {
     // Integers are scaled on the host, as the host path does: an Average alone is an exact

@@ -152,12 +152,7 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
                        const ffi::Dictionary& attrs, std::vector<Entry>* entries) {
   std::string_view name_view;
   TFRING_RETURN_IF_FFI_ERROR(Read<std::string_view>(attrs, "name", &name_view));
-  const std::string base(name_view);
-  if (!GlobalRuntime::Get().initialized()) {
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "tfring has not been initialized: call tfring.init() before running '" +
-                          base + "'");
-  }
+  const std::string base(name_view);  // before init(), SubmitAndWait's queueing fails it
   Request r;  // what every tensor of the call shares
   int32_t kind = 0, reduce_op = 0, cacheable = 1;
   TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "kind", &kind));

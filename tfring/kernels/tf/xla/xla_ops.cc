@@ -134,8 +134,9 @@ class XlaBroadcastOp : public XlaOpKernel {
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
-    if (GlobalRuntime::Get().initialized()) {
+    GlobalRuntime::Running runtime;
+    if (GlobalRuntime::Get().Acquire(&runtime)) {  // else the call fails when it runs
+      const ProcessLayout& layout = runtime.layout;
       OP_REQUIRES(ctx, attrs_.root_rank >= 0 && attrs_.root_rank < layout.size,
                   absl::InvalidArgumentError(
                       "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
@@ -158,16 +159,17 @@ class XlaReducescatterOp : public XlaOpKernel {
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
+    GlobalRuntime::Running runtime;
+    OP_REQUIRES(ctx, GlobalRuntime::Get().Acquire(&runtime),
                 absl::FailedPreconditionError(
-                    "tfring has not been initialized: call tfring.init() before XLA compiles "
-                    "reducescatter '" + attrs_.name + "'"));
+                    NotInitialized("XLA compiles reducescatter '" + attrs_.name + "'")
+                        .message()));
     xla::Shape in;
     if (!RowMajorShape(ctx, 0, attrs_.name, &in)) return;
     OP_REQUIRES(ctx, in.dimensions_size() >= 1,
                 absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
                                            attrs_.name + "' is a scalar"));
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+    const ProcessLayout& layout = runtime.layout;
     int size = layout.size, position = layout.rank;
     if (!attrs_.process_set.empty()) {
       const auto& set = attrs_.process_set;
@@ -194,11 +196,12 @@ class XlaLayoutOp : public XlaOpKernel {
   explicit XlaLayoutOp(OpKernelConstruction* c) : XlaOpKernel(c) {}
 
   void Compile(XlaOpKernelContext* ctx) override {
-    OP_REQUIRES(ctx, GlobalRuntime::Get().initialized(),
+    GlobalRuntime::Running runtime;
+    OP_REQUIRES(ctx, GlobalRuntime::Get().Acquire(&runtime),
                 absl::FailedPreconditionError(
-                    "tfring has not been initialized: call tfring.init() before XLA compiles "
-                    "a function that uses " + type_string()));
-    const ProcessLayout layout = GlobalRuntime::Get().layout();
+                    NotInitialized("XLA compiles a function that uses " + type_string())
+                        .message()));
+    const ProcessLayout& layout = runtime.layout;
     const std::string& op = type_string();
     const int32_t value = op == "TfringSize"        ? layout.size
                           : op == "TfringRank"      ? layout.rank
