@@ -33,13 +33,9 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       intake_(rank_),
       cache_(options.cache_capacity),
       joined_ranks_(size_, false),
-      negotiator_(size_),
+      round_(options, rank_, size_),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
       cycle_time_ms_(options.cycle_time_ms) {
-  if (options.autotune && rank_ == 0) {
-    autotuner_ = std::make_unique<Autotuner>(options);
-    if (!options.autotune_log.empty()) init_status_ = autotuner_->OpenLog(options.autotune_log);
-  }
 }
 
 Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
@@ -57,9 +53,7 @@ void Coordinator::ApplyParams(const ResponseList& list) {
   if (!list.has_params) return;
   fusion_threshold_bytes_.store(list.fusion_threshold_bytes);
   cycle_time_ms_.store(list.cycle_time_ms);
-  if (autotuner_) {
-    autotuner_->Applied(std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count());
-  }
+  round_.Applied();
   TFRING_LOG(kDebug) << "autotune: fusion threshold " << list.fusion_threshold_bytes
                      << " bytes, cycle time " << list.cycle_time_ms << " ms";
 }
@@ -69,7 +63,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 void Coordinator::Start() {
   TFRING_CHECK(!thread_.joinable()) << "Coordinator started twice";
   intake_.Open();
-  last_stall_warning_ = SteadyClock::now();
+  round_.Start(SteadyClock::now());
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -140,10 +134,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   cache_.StartCycle();  // every rank counts the same cycles: the cache's recency agrees
   std::vector<int> invalidate;
   TakeNewEntries(now, &invalidate, progress);
-  bool force_round = false;
-  if (rank_ == 0) CheckStalls(now, &force_round);
-  if (autotuner_ && !params_pending_) params_pending_ = autotuner_->TakeChange(&pending_params_);
-  if (params_pending_) force_round = true;  // the setting travels in a negotiation round
+  const bool force_round = round_.Due(now);
 
   // Step 2: one AND-allreduce of flags, ready and valid bits per cache slot, and per rank
   // a not-joined and a still-running bit (cycle_bits.h).
@@ -206,7 +197,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   // Step 3: a negotiation round when any rank has new requests, or when who has joined
   // changed (tensors waiting for a rank that has now joined are complete).
   if (!bits.no_new_requests() || joined_changed) {
-    if (rank_ == 0) negotiator_.SetJoined(joined);
+    round_.SetJoined(joined);
     TFRING_RETURN_IF_ERROR(Negotiate(&execute, stop));
     *progress = true;
   }
@@ -224,16 +215,13 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     }
     const int64_t bytes = Execute(execute.order);
     timeline_.Flush();
-    if (autotuner_) {
-      autotuner_->Record(bytes, std::chrono::duration<double>(
-                                    SteadyClock::now().time_since_epoch()).count());
-    }
+    round_.Record(bytes);
   }
   if (all_joined && !*stop) {
     FinishJoins(joined_ranks_);
     *progress = true;
     joined.assign(size_, false);
-    if (rank_ == 0) negotiator_.SetJoined(joined);
+    round_.SetJoined(joined);
   }
   joined_ranks_ = joined;
   if (*stop) return Status::OK();

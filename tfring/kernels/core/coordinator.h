@@ -12,10 +12,19 @@
 //    ControlPlane and the Backend, and runs the `done` callbacks of what it completes.
 //  - Start() and Shutdown() are called by the owner (the global runtime), once each.
 //
+// Its parts, each owning its state (the rest is the cycle's, under cycle_mutex_):
+//  - Intake (intake.h): the queue of submitted ops and the state any thread may ask about;
+//  - the driver (coordinator_drive.cc): who runs cycles, the background thread's waits,
+//    graph bursts (the fields under "Set after each cycle" and the burst counters below);
+//  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
+//  - SetExecutorTable (set_executors.h): the executors each process set runs on;
+//  - the cycle's own: pending entries, the response cache, joins (coordinator.cc,
+//    coordinator_take.cc, coordinator_negotiate.cc, coordinator_execute.cc).
+//
 // Each cycle, run in lockstep by every rank (each step a collective of the control plane):
 //  1. take newly enqueued entries (ops from a graph once their burst has ended);
 //  2. AND-allreduce one bit set (cycle_bits.h): cache slots ready everywhere, joins, stops;
-//  3. if any rank has new requests, a negotiation round through rank 0 (negotiator.h);
+//  3. if any rank has new requests, a negotiation round through rank 0;
 //  4. execute what is ready, in fusion groups (fusion.h), then call each entry's `done`.
 #pragma once
 
@@ -43,6 +52,7 @@
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/intake.h"
+#include "tfring/kernels/core/negotiation_round.h"
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/response_cache.h"
@@ -115,7 +125,7 @@ class Coordinator {
 
   // Setting up what the options ask for beyond the thread (the autotuner's log): check
   // before Start().
-  const Status& init_status() const { return init_status_; }
+  const Status& init_status() const { return round_.init_status(); }
   // The fusion threshold and cycle time in force (the autotuner changes them). Thread-safe.
   TunedParams tuned_params() const;
 
@@ -187,7 +197,6 @@ class Coordinator {
   void Finish(Table::iterator it, const Status& status);
   void FinishAtSlot(int slot, const Status& status);
   void FailEverything(const Status& status);
-  void CheckStalls(SteadyClock::time_point now, bool* force_round);
 
   const Options options_;
   std::unique_ptr<ControlPlane> control_plane_;
@@ -218,17 +227,12 @@ class Coordinator {
   std::vector<bool> joined_ranks_;     // as of the last cycle, every rank's
   Timeline timeline_;
   bool eviction_warned_ = false;  // rank 0: the cache's first eviction was logged
-  std::unique_ptr<Autotuner> autotuner_;  // rank 0, with TFRING_AUTOTUNE=1
-  bool params_pending_ = false;           // rank 0: a setting to send in the next round
-  TunedParams pending_params_;
   std::atomic<int64_t> fusion_threshold_bytes_;
   std::atomic<double> cycle_time_ms_;
-  Status init_status_;
-  Negotiator negotiator_;  // used on rank 0 only
+  NegotiationRound round_;
   UnnamedNames unnamed_names_;
   uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
   RecentBursts recent_bursts_;
-  SteadyClock::time_point last_stall_warning_;
 };
 
 }  // namespace tfring

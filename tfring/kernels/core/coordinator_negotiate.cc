@@ -1,7 +1,7 @@
-// The coordinator's negotiation round: every rank's new requests gathered to rank 0, its
-// decisions (ready tensors, drifts, a stall shutdown, the autotuner's setting) broadcast
-// back and recorded in every rank's response cache in the same order; and the stall checks
-// that say which ranks are missing a tensor. The cycle around it is in coordinator.cc.
+// The coordinator's side of a negotiation round (the round itself, rank 0's decisions and
+// the stall checks, is negotiation_round.h): this rank's new requests sent, and rank 0's
+// responses recorded in every rank's response cache in the same order, with what that
+// changes for this rank's pending entries. The cycle around it is in coordinator.cc.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -21,46 +21,8 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   }
   send_order_.clear();
 
-  std::vector<std::string> gathered;
-  TFRING_RETURN_IF_ERROR(control_plane_->GatherToRoot(EncodeRequests(mine), &gathered));
-  std::string bytes;
-  if (rank_ == 0) {
-    const auto now = SteadyClock::now();
-    for (int r = 0; r < size_; ++r) {
-      std::vector<Request> reqs;
-      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], r, size_, &reqs));
-      for (const Request& req : reqs) negotiator_.Add(r, req, now);
-    }
-    ResponseList list;
-    list.responses = negotiator_.TakeReady();
-    if (options_.drift_check_seconds > 0) {
-      for (Response& r : negotiator_.TakeDrifted(options_.drift_check_seconds, now)) {
-        list.responses.push_back(std::move(r));
-      }
-    }
-    if (params_pending_) {
-      list.has_params = true;
-      list.fusion_threshold_bytes = pending_params_.fusion_threshold_bytes;
-      list.cycle_time_ms = pending_params_.cycle_time_ms;
-      params_pending_ = false;
-    }
-    if (options_.stall_shutdown_time_seconds > 0) {
-      auto stalled = negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now);
-      if (!stalled.empty()) {
-        list.abort_message =
-            "tfring stopped because tensors stalled for more than "
-            "TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
-            std::to_string(static_cast<int>(options_.stall_shutdown_time_seconds)) +
-            " s: " + DescribeStalled(stalled) +
-            ". Every rank must submit the same collectives; a rank that is missing them runs "
-            "a different code path, is behind, or has hung.";
-      }
-    }
-    bytes = EncodeResponseList(list);
-  }
-  TFRING_RETURN_IF_ERROR(control_plane_->BroadcastFromRoot(&bytes));
   ResponseList list;
-  TFRING_RETURN_IF_ERROR(DecodeResponseList(bytes, size_, &list));
+  TFRING_RETURN_IF_ERROR(round_.Run(control_plane_.get(), mine, &list));
   ApplyParams(list);
   for (Response& r : list.responses) {
     // Every rank records it, members of its set or not, so that caches stay identical.
@@ -104,31 +66,6 @@ void Coordinator::Evicted(int slot) {
                           "recently used one. If a training step uses more tensors than that, "
                           "every step is negotiated tensor by tensor; raise "
                           "TFRING_CACHE_CAPACITY above the step's count. (Said once.)";
-}
-
-void Coordinator::CheckStalls(SteadyClock::time_point now, bool* force_round) {
-  // The drift error travels in a negotiation round's broadcast, like the abort below.
-  if (options_.drift_check_seconds > 0 &&
-      negotiator_.HasDrifted(options_.drift_check_seconds, now)) {
-    *force_round = true;
-  }
-  if (options_.stall_shutdown_time_seconds > 0 &&
-      !negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now).empty()) {
-    *force_round = true;  // the abort travels in a negotiation round's broadcast
-  }
-  if (options_.stall_check_time_seconds <= 0) return;
-  if (std::chrono::duration<double>(now - last_stall_warning_).count() <
-      options_.stall_check_time_seconds) {
-    return;
-  }
-  auto stalled = negotiator_.PendingOlderThan(options_.stall_check_time_seconds, now);
-  if (stalled.empty()) return;
-  last_stall_warning_ = now;
-  TFRING_LOG(kWarning) << "Stalled collectives: some ranks submitted tensors that others have "
-                          "not for more than "
-                       << options_.stall_check_time_seconds << " s: " << DescribeStalled(stalled)
-                       << ". Ranks may be running different code paths or one may be hung. "
-                       << StallShutdownNote(options_.stall_shutdown_time_seconds);
 }
 
 }  // namespace tfring
