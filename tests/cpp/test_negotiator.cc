@@ -366,12 +366,12 @@ TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
   names.CatchUp({}, "loss");        // not an unnamed call
   EXPECT_EQ(names.Next({}), "unnamed.6");
   EXPECT_EQ(names.Next({0, 2}), "unnamed.0");  // per process set
-  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.12"), 12);
-  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.3 [process set 0, 2]"), 3);  // a set's key
+  EXPECT_EQ(UnnamedNumber("unnamed.12"), 12);
+  EXPECT_EQ(UnnamedNumber("unnamed.3 [process set 0, 2]"), 3);  // a set's key
   names.CatchUp({0, 2}, "unnamed.3 [process set 0, 2]");
   EXPECT_EQ(names.Next({0, 2}), "unnamed.4");
-  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.x"), -1);
-  EXPECT_EQ(UnnamedNames::NumberOf("unnamed.99999999999999999999999"), -1);
+  EXPECT_EQ(UnnamedNumber("unnamed.x"), -1);
+  EXPECT_EQ(UnnamedNumber("unnamed.99999999999999999999999"), -1);
 }
 
 }  // namespace

@@ -217,15 +217,6 @@ std::string RankListString(const std::vector<int32_t>& ranks) {
   return s + "]";
 }
 
-std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set) {
-  if (process_set.empty()) return name;
-  std::string s = name + " [process set ";
-  for (size_t i = 0; i < process_set.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(process_set[i]);
-  }
-  return s + "]";
-}
-
 bool Signature::SameButName(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
@@ -241,31 +232,8 @@ bool MixedParts(const Signature& s) {
   return false;
 }
 
-std::string PartName(const std::string& unit_name, size_t index) {
-  // Before a process set's " [process set ...]" (TensorKey), which names the whole unit.
-  const size_t end = std::min(unit_name.find(" [process set "), unit_name.size());
-  std::string name = unit_name;
-  name.insert(end, "." + std::to_string(index));
-  return name;
-}
-
-std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int32_t>& process_set) {
-  return TensorKey("unnamed@" + call_site, process_set);
-}
-
 bool CachedByCallSite(const Request& q) {
-  if (q.call_site.empty()) return false;
-  // "unnamed.<digits>", then a process set's " [...]" or nothing. Read in place: this runs
-  // for every tensor the runtime takes, twice for an unnamed eager call.
-  static constexpr char kPrefix[] = "unnamed.";
-  constexpr size_t kPrefixSize = sizeof(kPrefix) - 1;
-  const std::string& name = q.name;
-  const size_t end = std::min(name.find(" ["), name.size());
-  if (end <= kPrefixSize || name.compare(0, kPrefixSize, kPrefix) != 0) return false;
-  for (size_t i = kPrefixSize; i < end; ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-  }
-  return true;
+  return !q.call_site.empty() && IsSingleUnnamedKey(q.name);
 }
 
 Response ResponseTo(const Request& q) {

@@ -8,6 +8,7 @@
 
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/common/types.h"
+#include "tfring/kernels/core/tensor_key.h"
 
 namespace tfring {
 
@@ -98,13 +99,6 @@ std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int wor
 bool IsMember(const std::vector<int32_t>& members, int rank);
 // "[0, 2]".
 std::string RankListString(const std::vector<int32_t>& ranks);
-// The name the runtime keys a tensor by: its own in the global set, and in another set the
-// name with the set, so that the same name may be in flight in two sets at once. It is
-// also the name errors and the timeline show: "grad/w [process set 0, 2]".
-std::string TensorKey(const std::string& name, const std::vector<int32_t>& process_set);
-// The response cache's key for unnamed eager calls made at `call_site` in `process_set`:
-// such a call's own name ("unnamed.<n>") is new every time, its call site is not.
-std::string UnnamedCacheKey(const std::string& call_site, const std::vector<int32_t>& process_set);
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
 // of a grouped call, "unnamed.<n>.<i>", share a call site and are not).
 bool CachedByCallSite(const Request& q);
@@ -124,8 +118,6 @@ std::vector<int64_t> ReducescatterRows(int64_t rows, int size);
 // Whether a unit's tensors (Signature::parts) differ in dtype: such a unit is reduced dtype
 // by dtype and never fused with other tensors.
 bool MixedParts(const Signature& s);
-// A unit's tensor `index`, as messages name it: "grad.3".
-std::string PartName(const std::string& unit_name, size_t index);
 
 // Bytes of the whole tensor, and of one row (all dimensions but the first).
 int64_t TensorBytes(const Signature& r);

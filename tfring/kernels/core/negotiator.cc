@@ -62,25 +62,6 @@ std::string CallSitesNote(int r0, const std::string& site0, int r, const std::st
          "such calls name=, or make every rank make the same calls";
 }
 
-// The call a pending tensor belongs to: a grouped op's parts ("x.0", "x.1", or
-// "unnamed.5.0", "unnamed.5.1") share it; the process set suffix of a key stays.
-std::string CallOf(const std::string& key) {
-  std::string name = key, set;
-  const size_t p = name.find(" [process set ");
-  if (p != std::string::npos) {
-    set = name.substr(p);
-    name.resize(p);
-  }
-  const int64_t n = UnnamedNames::NumberOf(name);
-  if (n >= 0) return "unnamed." + std::to_string(n) + set;
-  const size_t dot = name.rfind('.');
-  if (dot != std::string::npos && dot + 1 < name.size() &&
-      name.find_first_not_of("0123456789", dot + 1) == std::string::npos) {
-    name.resize(dot);
-  }
-  return name + set;
-}
-
 }  // namespace
 
 void Negotiator::WarnPairedCallSites(const std::string& name, int r0, const std::string& site0,

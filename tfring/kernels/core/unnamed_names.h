@@ -25,9 +25,6 @@ class UnnamedNames {
   // the next call in `process_set` is numbered n + 1 or later. Other names change nothing.
   void CatchUp(const std::vector<int32_t>& process_set, const std::string& name);
 
-  // The number in an unnamed call's name, or -1 for any other name.
-  static int64_t NumberOf(const std::string& name);
-
  private:
   std::mutex mutex_;
   std::map<std::vector<int32_t>, int64_t> next_;

@@ -146,7 +146,7 @@ struct OpName {
   }
   // The name of tensor `index` of `count` (grouped ops suffix their tensors' positions).
   static std::string Of(const std::string& base, int index, int count) {
-    return count == 1 ? base : base + "." + std::to_string(index);
+    return count == 1 ? base : PartName(base, index);
   }
 };
 

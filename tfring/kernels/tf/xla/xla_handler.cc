@@ -181,7 +181,7 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
     if (output.has_error()) return output.error();
     Entry& e = (*entries)[i];
     e.request = r;
-    e.request.name = n == 1 ? base : base + "." + std::to_string(i);
+    e.request.name = n == 1 ? base : PartName(base, i);
     if (!FromFfiDataType(input->element_type(), &e.request.dtype)) {
       return ffi::Error::InvalidArgument(
           "tfring does not support the XLA element type " +
