@@ -66,7 +66,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   b.root_rank = 1;
   b.cacheable = true;
   b.error = "Mismatched shapes for tensor 'b': rank 0 sent [2], rank 1 sent [3]";
-  a.call_site = "train.py:42";
+  a.shared_call_site = "train.py:42";
   a.shape = {3, 4};
   a.process_set = {1, 3};
   a.joined = {3};
@@ -80,7 +80,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
     const Response& y = out.responses[i];
     EXPECT_TRUE(static_cast<const Signature&>(x) == y) << "response " << i;
     EXPECT_TRUE(x.first_dims == y.first_dims && x.all_splits == y.all_splits &&
-                x.joined == y.joined && x.error == y.error && x.call_site == y.call_site)
+                x.joined == y.joined && x.error == y.error && x.shared_call_site == y.shared_call_site)
         << "response " << i;
   }
 }

@@ -277,12 +277,12 @@ TFRING_TEST(Negotiator, UnnamedCallsAtOneLineAreCachedByThatLine) {
   Response r = NegotiateOne({a, a});
   EXPECT_TRUE(r.ok()) << r.error;
   EXPECT_TRUE(r.cacheable);
-  EXPECT_EQ(r.call_site, std::string("train.py:7")) << "cached under the line, not the name";
+  EXPECT_EQ(r.shared_call_site, std::string("train.py:7")) << "cached under the line, not the name";
   Request b = Unnamed(3, "train.py:9");
   r = NegotiateOne({a, b});
   EXPECT_TRUE(r.ok()) << "ranks that call from different lines still pair, in order";
   EXPECT_FALSE(r.cacheable) << "but no line is theirs to cache it under";
-  EXPECT_EQ(r.call_site, std::string());
+  EXPECT_EQ(r.shared_call_site, std::string());
   Request grouped = Allreduce("unnamed.4.1");
   grouped.call_site = "train.py:7";
   grouped.cacheable = false;

@@ -151,7 +151,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   for (int slot = 0; slot < nbits; ++slot) {
     if (!cache_.used(slot)) continue;
     const Response& cached = cache_.response(slot);
-    if (joined_ && !cached.call_site.empty()) {
+    if (joined_ && !cached.shared_call_site.empty()) {
       bits.Invalidate(slot);
     } else if (joined_ || !InSet(cached.process_set, rank_)) {
       bits.SetReady(slot);

@@ -28,11 +28,11 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
     // Every rank records it, members of its set or not, so that caches stay identical.
     if (r.ok() && r.cacheable) {
       int evicted;
-      if (r.call_site.empty()) {
+      if (r.shared_call_site.empty()) {
         evicted = cache_.Put(r, SignatureOf(r));
       } else {
         Response under_site = r;  // unnamed calls: under their call site (TakeNewEntries)
-        under_site.name = UnnamedCacheKey(r.call_site, r.process_set);
+        under_site.name = UnnamedCacheKey(r.shared_call_site, r.process_set);
         evicted = cache_.Put(under_site, SignatureOf(under_site));
       }
       if (evicted >= 0) Evicted(evicted);

@@ -300,7 +300,7 @@ std::string EncodeResponseList(const ResponseList& list) {
     w.PutInts(r.all_splits);
     w.PutRanks(r.joined);
     w.PutString(r.error);
-    w.PutString(r.call_site);
+    w.PutString(r.shared_call_site);
   }
   return w.Take();
 }
@@ -320,7 +320,7 @@ Status DecodeResponseList(const std::string& bytes, int world_size, ResponseList
     std::string problem = GetSignature(&rd, world_size, &r);
     if (problem.empty() && (!rd.GetInts(&r.first_dims) || !rd.GetInts(&r.all_splits) ||
                             !rd.GetRanks(&r.joined) || !rd.GetString(&r.error) ||
-                            !rd.GetString(&r.call_site))) {
+                            !rd.GetString(&r.shared_call_site))) {
       problem = "truncated or damaged fields";
     }
     if (problem.empty()) problem = CheckRanks(r.joined, world_size, "joined ranks");

@@ -85,10 +85,10 @@ struct Response : Signature {
   // the reduction's identity (allgather: no rows), and Average divides by the others only.
   std::vector<int32_t> joined;
   std::string error;  // non-empty: fail the op on every rank with this message
-  // Unnamed eager calls that every rank made at this call site: the response is cached
-  // under the call site (UnnamedCacheKey), so that later calls made there, which get new
-  // names, find it. Empty otherwise.
-  std::string call_site;
+  // Unnamed eager calls that every rank made at one call site (each Request's call_site):
+  // that site. The response is cached under it (UnnamedCacheKey), so that later calls made
+  // there, which get new names, find it. Empty otherwise.
+  std::string shared_call_site;
 
   bool ok() const { return error.empty(); }
 };

@@ -219,7 +219,7 @@ Response Negotiator::Validate(const Slot& slot) const {
     }
   }
   if (!resp.ok()) resp.cacheable = false;
-  if (resp.cacheable && unnamed) resp.call_site = first.call_site;
+  if (resp.cacheable && unnamed) resp.shared_call_site = first.call_site;
   return resp;
 }
 
