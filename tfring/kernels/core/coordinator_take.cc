@@ -147,13 +147,9 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_na
   std::string site = UnnamedCacheKey(q.call_site, q.process_set);
   const int slot = cache_.Find(site);
   if (slot < 0 || pending_.AtSlot(slot)) return -1;
-  // The slot is the site's (found by it), and was cached from a request marked cacheable:
-  // compare the rest as if this one were (no copy of the request).
-  const bool cacheable = q.cacheable;
-  q.cacheable = true;
-  const bool same = cache_.signature(slot).SameButName(q);
-  q.cacheable = cacheable;
-  if (!same) {
+  // The slot is the site's (found by it), and was cached from a request marked cacheable,
+  // which this one (its name never recurs) is not: the rest must be the same.
+  if (!cache_.signature(slot).SameCollective(q)) {
     invalidate->push_back(slot);  // another shape (say) at the same line
     return -1;
   }

@@ -217,12 +217,11 @@ std::string RankListString(const std::vector<int32_t>& ranks) {
   return s + "]";
 }
 
-bool Signature::SameButName(const Signature& o) const {
+bool Signature::SameCollective(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape &&
-         process_set == o.process_set && cacheable == o.cacheable && on_device == o.on_device &&
-         parts == o.parts;
+         process_set == o.process_set && on_device == o.on_device && parts == o.parts;
 }
 
 bool MixedParts(const Signature& s) {

@@ -54,7 +54,11 @@ struct Signature {
   bool operator==(const Signature& o) const { return name == o.name && SameButName(o); }
   bool operator!=(const Signature& o) const { return !(*this == o); }
   // Every field but the name.
-  bool SameButName(const Signature& o) const;
+  bool SameButName(const Signature& o) const {
+    return cacheable == o.cacheable && SameCollective(o);
+  }
+  // Every field but the name and `cacheable`: the same collective, whoever may cache it.
+  bool SameCollective(const Signature& o) const;
 };
 
 // One rank's description of one tensor it has submitted.
@@ -71,6 +75,9 @@ struct Request : Signature {
   }
   bool SameButName(const Request& other) const {
     return Signature::SameButName(other) && splits == other.splits;
+  }
+  bool SameCollective(const Request& other) const {
+    return Signature::SameCollective(other) && splits == other.splits;
   }
 };
 
