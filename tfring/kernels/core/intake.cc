@@ -58,10 +58,10 @@ bool Intake::WaitForWork(std::chrono::steady_clock::duration timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout > std::chrono::steady_clock::duration::zero()) {
     wake_.wait_for(lock, timeout,
-                   [this] { return !queue_.empty() || stop_requested_ || handed_over_; });
+                   [this] { return !queue_.empty() || stop_requested() || handed_over_; });
   }
   handed_over_ = false;
-  return stop_requested_;
+  return stop_requested();
 }
 
 void Intake::HandOver() {
@@ -74,15 +74,10 @@ void Intake::HandOver() {
 
 void Intake::RequestStop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_requested_ = true;
+    std::lock_guard<std::mutex> lock(mutex_);  // so that WaitForWork cannot miss it
+    stop_requested_.store(true, std::memory_order_release);
   }
   wake_.notify_one();
-}
-
-bool Intake::stop_requested() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stop_requested_;
 }
 
 void Intake::MarkPeerLost() {

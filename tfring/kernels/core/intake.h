@@ -53,7 +53,8 @@ class Intake {
   void Wake() { wake_.notify_one(); }
   void HandOver();
   void RequestStop();
-  bool stop_requested() const;
+  // Read by every cycle, so without the lock.
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
 
   void MarkPeerLost();
   // True when the control plane failed: its communicator must not be used again.
@@ -70,7 +71,7 @@ class Intake {
   std::atomic<uint64_t> graph_ops_{0};
   bool open_ = false;
   bool opened_ = false;
-  bool stop_requested_ = false;
+  std::atomic<bool> stop_requested_{false};
   bool handed_over_ = false;  // an eager caller stopped driving with entries in flight
   bool peer_lost_ = false;
   Status closed_status_;
