@@ -110,7 +110,9 @@ def visible_gpus():
 # The native tests again, built with sanitizers (`python tfring/build --native-only
 # --sanitize address|thread`; the Makefile's build does both). A report fails the test.
 SANITIZER_ENV = {
-    "address": {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",  # MPI's own allocations
+    # detect_leaks=0: MPI's own allocations. detect_stack_use_after_return: a pointer to a
+    # returned caller's stack (an eager driver's count of its op, Entry::drive_count).
+    "address": {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:detect_stack_use_after_return=1",
                 "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"},
     # Open MPI's UCX intercepts memory calls, which crashes under ThreadSanitizer.
     "thread": {"TSAN_OPTIONS": "halt_on_error=1", "UCX_MEM_EVENTS": "no"},

@@ -93,6 +93,29 @@ TFRING_TEST(DriveInproc, ACallerWhosePeersNeverSubmitReturnsAndShutdownFailsItsO
   ExpectFailure(lonely, StatusCode::kAborted, "shut down");
 }
 
+TFRING_TEST(DriveInproc, AnOpHandedOverCompletesWhenItsPeerComesLate) {
+  // The driver gives up and returns (its count of the op's entries, on its stack, gone);
+  // the peer's op then comes, and the background thread completes the caller's op. Under
+  // AddressSanitizer (detect_stack_use_after_return, the suite's setting), a count left
+  // pointing at the returned drive would be caught here.
+  InprocJob job(2, TestOptions());
+  OpPtr early;
+  job.OnEveryRank([&](int rank) {
+    if (rank == 0) {
+      early = SubmitEager(job.rank(0), "late/peer", 0, 3);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // well past the drive
+    OpPtr late = SubmitEager(job.rank(1), "late/peer", 1, 3);
+    ExpectAllreduced(late, ReduceOp::kSum, 2, 3);
+  });
+  ExpectAllreduced(early, ReduceOp::kSum, 2, 3);
+  // And the job goes on: a second round of the same, named as before.
+  job.OnEveryRank([&](int rank) {
+    ExpectAllreduced(SubmitEager(job.rank(rank), "late/peer", rank, 4), ReduceOp::kSum, 2, 4);
+  });
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace tfring
