@@ -96,9 +96,9 @@ def _allreduce(tensor, average, device_dense, device_sparse, compression, op,
 
 def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, process_set):
     """allreduce's most common call, kept short: an eager tensor, no device, compression
-    or Adasum. For a small tensor the Python layer is a sizeable part of the call (each line
-    after TensorFlow's op has evicted the caches costs several times what it costs alone),
-    so this path does only what the general one would do for it, and runs the op through
+    or Adasum. For a small tensor the Python layer is a sizeable part of the call (its lines
+    run with the CPU's caches cold after TensorFlow's op), so this path does only what the
+    general one would do for it, and runs the op through
     TensorFlow's fast path directly (tfring/_eager_call.py). Its errors are cleaned here, as
     clean_eager_errors does for the other calls."""
     try:

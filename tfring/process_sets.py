@@ -56,8 +56,8 @@ class ProcessSet:
 
     def _op_kwargs(self, what):
         """The ops' `process_set` attribute as keyword arguments, after checking the set
-        against the job: none for all ranks (the attribute's default; an eager op with no
-        list attribute to convert is a few microseconds faster). `what` names the op."""
+        against the job: none for all ranks (the attribute's default, which spares an eager
+        op the conversion of a list attribute). `what` names the op."""
         ranks = self._op_ranks(what)
         return {"process_set": ranks} if ranks else {}
 

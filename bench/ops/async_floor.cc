@@ -7,10 +7,10 @@
 // no communication, so that what tfring and the communication cost is the difference. Not
 // part of tfring's API.
 //
-// It completes inline on purpose. A version that completed each op from a background
-// thread, one `done` at a time as ops arrived, cost the "comm" model's step 5.1 ms against
-// tfring's 3.7 (docs/benchmarks.md): each completion woke that thread and then one of
-// TensorFlow's, where tfring's runtime completes a burst of ops in one go.
+// It completes inline on purpose: completing each op from a background thread, one `done`
+// at a time as ops arrive, would wake that thread and then one of TensorFlow's per op,
+// where tfring's runtime completes a burst of ops in one go, and the floor would then be
+// above tfring itself (docs/benchmarks.md, 'The async floor').
 //
 // TfringAsyncBurstFloor completes as tfring's runtime does: its ops wait until `burst` of
 // them have come (a step's gradients), and a background thread, under SCHED_BATCH as
