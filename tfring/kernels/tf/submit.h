@@ -43,15 +43,19 @@ inline bool AcquireRuntime(OpKernelContext* ctx, const std::string& name,
   return false;
 }
 
-// Whether tensor `t` (called `name`) has a dtype tfring carries where it lives; its tfring
-// dtype in *dtype.
+// Tensor `t`'s (called `name`) tfring dtype in *dtype. Which dtypes an op takes is checked
+// once, where the user calls it (tfring/_op_support.py, check_dtype), and declared to
+// TensorFlow by the op's registration (ops.cc), so the conversion cannot fail here unless
+// the two disagree: an internal error. What is checked here depends on where the tensor
+// lives, which only the kernel knows: NCCL has no 16-bit integers.
 template <bool kOnGpu>
 bool CheckDtype(OpKernelContext* ctx, const std::string& name, const Tensor& t,
                 DataType* dtype) {
   if (!FromTfDataType(t.dtype(), dtype)) {
-    ctx->SetStatus(absl::InvalidArgumentError("tfring does not support dtype " +
-                                              tensorflow::DataTypeString(t.dtype()) +
-                                              " (tensor '" + name + "')"));
+    ctx->SetStatus(absl::InternalError("tfring's op registration admits dtype " +
+                                       tensorflow::DataTypeString(t.dtype()) +
+                                       ", which its runtime does not carry (tensor '" + name +
+                                       "')"));
     return false;
   }
   if (kOnGpu && (*dtype == DataType::kUInt16 || *dtype == DataType::kInt16)) {
