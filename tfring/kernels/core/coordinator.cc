@@ -70,11 +70,9 @@ void Coordinator::Start() {
 std::string Coordinator::PrepareEntry(Entry* e) const {
   Request& r = e->request;
   std::vector<int32_t>& set = r.process_set;
-  for (size_t i = 0; i < set.size(); ++i) {
-    if (set[i] < 0 || set[i] >= size_ || (i > 0 && set[i] <= set[i - 1])) {
-      return "the process set of '" + r.name + "', " + RankListString(set) +
-             ", must list distinct ranks in [0, " + std::to_string(size_) + "), ascending";
-    }
+  if (!AreAscendingRanks(set, size_)) {
+    return "the process set of '" + r.name + "', " + RankListString(set) +
+           ", must list distinct ranks in [0, " + std::to_string(size_) + "), ascending";
   }
   if (static_cast<int>(set.size()) == size_) set.clear();  // all ranks: the global set
   if (!set.empty() && !IsMember(set, rank_)) {
@@ -253,7 +251,7 @@ void Coordinator::Finish(Table::iterator it, const Status& status) {
   std::atomic<int>* const drive_count = it->second.entry.drive_count;
   timeline_.End(it->first);
   pending_.by_name().erase(it);
-  Entry::Complete(std::move(done), drive_count, status);
+  Entry::Complete(done, drive_count, status);
 }
 
 void Coordinator::FinishAtSlot(int slot, const Status& status) {
@@ -262,7 +260,7 @@ void Coordinator::FinishAtSlot(int slot, const Status& status) {
   std::atomic<int>* const drive_count = p->entry.drive_count;
   timeline_.End(p->entry.request.name);
   pending_.EraseAtSlot(slot);  // where it is: no move of the entry
-  Entry::Complete(std::move(done), drive_count, status);
+  Entry::Complete(done, drive_count, status);
 }
 
 void Coordinator::FailEverything(const Status& status) {

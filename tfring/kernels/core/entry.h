@@ -74,15 +74,14 @@ struct Entry {
   // stop. The caller clears it on entries still pending when it leaves. Null otherwise.
   std::atomic<int>* drive_count = nullptr;
 
-  // Completes the entry once it has been taken out of where it was held: calls `done`,
-  // then counts down `drive_count`.
-  static void Complete(std::function<void(const Status&)> done, std::atomic<int>* drive_count,
-                       const Status& status) {
+  // Completes an entry: calls `done`, then counts down `drive_count`. For an entry erased
+  // before its callback runs, the callback and the count taken out of it first.
+  static void Complete(const std::function<void(const Status&)>& done,
+                       std::atomic<int>* drive_count, const Status& status) {
     done(status);
     if (drive_count) drive_count->fetch_sub(1, std::memory_order_release);
   }
-  // Completes an entry that nothing holds any more (a queued op failed as it is taken).
-  void Complete(const Status& status) { Complete(std::move(done), drive_count, status); }
+  void Complete(const Status& status) { Complete(done, drive_count, status); }
 };
 
 }  // namespace tfring

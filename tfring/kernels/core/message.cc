@@ -127,13 +127,9 @@ void PutSignature(Writer* w, const Signature& m) {
 // "" when `ranks` are ranks of a job of `world_size` in ascending order (a process set,
 // the joined ranks), else what is wrong: later code indexes arrays by them.
 std::string CheckRanks(const std::vector<int32_t>& ranks, int world_size, const char* what) {
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= world_size || (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return std::string(what) + " " + RankListString(ranks) +
-             " are not ascending ranks of a job of size " + std::to_string(world_size);
-    }
-  }
-  return "";
+  if (AreAscendingRanks(ranks, world_size)) return "";
+  return std::string(what) + " " + RankListString(ranks) +
+         " are not ascending ranks of a job of size " + std::to_string(world_size);
 }
 
 // Reads what PutSignature wrote; "" when it is well formed, else what is wrong. Every enum
@@ -205,6 +201,15 @@ std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int wor
   std::vector<int32_t> all(world_size);
   for (int r = 0; r < world_size; ++r) all[r] = r;
   return all;
+}
+
+bool AreAscendingRanks(const std::vector<int32_t>& ranks, int world_size) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= world_size || (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool IsMember(const std::vector<int32_t>& members, int rank) {

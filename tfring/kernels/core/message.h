@@ -104,6 +104,9 @@ struct Response : Signature {
 std::vector<int32_t> SetMembers(const std::vector<int32_t>& process_set, int world_size);
 // Whether `rank` is in `members` (ascending).
 bool IsMember(const std::vector<int32_t>& members, int rank);
+// Whether `ranks` are distinct ranks of a job of `world_size`, ascending (a process set's
+// members, the joined ranks).
+bool AreAscendingRanks(const std::vector<int32_t>& ranks, int world_size);
 // "[0, 2]".
 std::string RankListString(const std::vector<int32_t>& ranks);
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
