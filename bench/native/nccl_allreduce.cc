@@ -2,7 +2,9 @@
 // directly, on the same device buffers, in one run. No TensorFlow. Built in GPU builds as
 // build/bench/nccl_allreduce:
 //
-//   mpirun -np <GPUs> build/bench/nccl_allreduce [MiB=64] [iterations=50] [tensors=1]
+//   mpirun -np <GPUs> build/bench/nccl_allreduce [size=64] [iterations=50] [tensors=1]
+//
+// The size is in MiB, or in bytes with a suffix: 4B, 16K, 1M, 256M (whole float32 values).
 //
 // With one tensor it times three ways of reducing it: ncclAllReduce, tfring's eager op (its
 // caller waits for it alone, so the runtime starts it at once) and tfring's graph op (the
@@ -32,6 +34,7 @@
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
 #include "tfring/kernels/core/coordinator.h"
 
@@ -54,6 +57,30 @@ std::unique_ptr<MpiBackend> MpiBackendOver(Status (MpiContext::*make)(MPI_Comm*)
   auto b = std::make_unique<MpiBackend>(comm);
   Check(b->Init().ok(), "MPI backend");
   return b;
+}
+
+std::unique_ptr<FailureNotice> Notice() {
+  std::unique_ptr<MpiFailureNotice> notice;
+  Check(MpiFailureNotice::Create(g_mpi.world(), &notice).ok(), "failure notice");
+  return notice;
+}
+
+// "64" (MiB), "4B", "16K", "1M": bytes.
+int64_t ParseSize(const char* arg) {
+  char* end = nullptr;
+  const int64_t n = std::strtoll(arg, &end, 10);
+  switch (end == nullptr ? '\0' : *end) {
+    case 'B': return n;
+    case 'K': return n << 10;
+    case 'G': return n << 30;
+    default: return n << 20;  // "M" or no suffix
+  }
+}
+
+std::string SizeName(int64_t bytes) {
+  if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -81,7 +108,7 @@ double MedianSeconds(int iterations, F once) {
 int main(int argc, char** argv) {
   ProcessLayout layout;
   Check(g_mpi.Initialize(WorldChoice(), &layout).ok(), "MPI init");
-  const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 64;
+  const int64_t bytes = argc > 1 ? ParseSize(argv[1]) : int64_t{64} << 20;
   const int iterations = std::max(1, argc > 2 ? std::atoi(argv[2]) : 50);
   const int tensors = std::max(1, argc > 3 ? std::atoi(argv[3]) : 1);
   const std::string why = CudaUnavailableReason();
@@ -94,7 +121,7 @@ int main(int argc, char** argv) {
   const int device = testing::TestDevice(layout.local_rank, layout.local_size, &no_device);
   Check(device >= 0, no_device.c_str());
   Check(cudaSetDevice(device) == cudaSuccess, "cudaSetDevice");
-  const int64_t bytes = mib << 20, count = bytes / 4, per_tensor = count / tensors;
+  const int64_t count = bytes / 4, per_tensor = count / tensors;
   Check(per_tensor > 0, "splitting the MiB into that many tensors");
   char *in, *out;
   Check(cudaMalloc(reinterpret_cast<void**>(&in), bytes) == cudaSuccess &&
@@ -132,7 +159,7 @@ int main(int argc, char** argv) {
       MpiBackendOver(&MpiContext::DupWorld),
       std::make_unique<NcclExecutor>(options, layout, MpiBackendOver(&MpiContext::DupWorld),
                                      MpiBackendOver(&MpiContext::SplitLocal),
-                                     MpiBackendOver(&MpiContext::SplitCross)));
+                                     MpiBackendOver(&MpiContext::SplitCross), Notice()));
   coordinator->Start();
   // TFRING_TIMELINE=<file>: rank 0 writes tfring's timeline of the whole run, as the library does.
   if (const char* timeline = std::getenv("TFRING_TIMELINE")) {
@@ -183,9 +210,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, device);
     const double bus = 2.0 * (layout.size - 1) / layout.size;
-    std::printf("device allreduce, float32 sum, %lld MiB in %d tensor(s), %d rank(s), %s, "
+    std::printf("device allreduce, float32 sum, %s in %d tensor(s), %d rank(s), %s, "
                 "NCCL %d, median of %d\n",
-                static_cast<long long>(mib), tensors, layout.size, prop.name, version, iterations);
+                SizeName(bytes).c_str(), tensors, layout.size, prop.name, version, iterations);
     std::printf("%-22s %10s %14s %14s %10s\n", "", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                 "vs NCCL");
     for (size_t k = 0; k < rows.size(); ++k) {

@@ -10,9 +10,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/test_harness.h"
@@ -20,6 +22,7 @@
 #include "tfring/kernels/backends/mpi/mpi_check.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/common/logging.h"
 
 namespace tfring {
@@ -260,6 +263,45 @@ TFRING_TEST(MpiRuntime, MpiErrorsNameTheFunctionAndTheRank) {
   int len = 0;
   MPI_Error_string(MPI_ERR_COMM, text, &len);
   EXPECT_CONTAINS(s.message(), std::string(text, len));
+}
+
+// The GPU path's failure notice (core/failure_notice.h): what one rank announces, every
+// other rank hears, with its status code and reason, while it only polls; nothing is heard
+// where nothing was announced, and only the first announcement counts.
+TFRING_TEST(MpiRuntime, FailureNoticeReachesEveryPeer) {
+  std::unique_ptr<MpiFailureNotice> notice;
+  ASSERT_TRUE(MpiFailureNotice::Create(g_mpi.world(), &notice).ok());
+  Status heard;
+  int from = -1;
+  EXPECT_FALSE(notice->Heard(&heard, &from));
+  MPI_Barrier(g_mpi.world());
+  EXPECT_FALSE(notice->Heard(&heard, &from)) << "heard " << heard.ToString() << " from " << from;
+  const int failing = Size() - 1;
+  const std::string reason = std::string(5000, 'x') + " ncclAllReduce failed";  // cut to fit
+  if (Rank() == failing) {
+    notice->Announce(Status::Internal(reason));
+    notice->Announce(Status::Aborted("a second failure"));  // ignored: the first one counts
+    EXPECT_FALSE(notice->Heard(&heard, &from));  // a rank does not hear itself
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool got = false;
+    while (!(got = notice->Heard(&heard, &from)) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(got) << "rank " << failing << "'s announcement did not arrive in 10 s";
+    EXPECT_EQ(from, failing);
+    EXPECT_TRUE(heard.code() == StatusCode::kInternal) << heard.ToString();
+    EXPECT_EQ(heard.message().size(), size_t{4095});
+    EXPECT_TRUE(heard.message() == reason.substr(0, 4095));
+    // A rank that heard does not announce: its failure is the echo of the first.
+    notice->Announce(Status::Aborted("echo"));
+  }
+  MPI_Barrier(g_mpi.world());
+  if (Rank() != failing) {
+    // Still the first announcement, whatever else was sent.
+    ASSERT_TRUE(notice->Heard(&heard, &from));
+    EXPECT_EQ(from, failing);
+  }
 }
 
 }  // namespace

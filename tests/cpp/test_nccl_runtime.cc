@@ -22,11 +22,15 @@
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/cuda/producer_stream.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
 #include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/host_executor.h"
+#include "tfring/kernels/core/staging_executor.h"
 
 namespace tfring {
 namespace testing {
@@ -59,9 +63,11 @@ std::unique_ptr<Coordinator> NewCoordinator(Options options) {
   MPI_Comm control;
   Status s = g_mpi.DupWorld(&control);
   if (!s.ok()) Die(s);
+  std::unique_ptr<MpiFailureNotice> notice;
+  if (!(s = MpiFailureNotice::Create(g_mpi.world(), &notice)).ok()) Die(s);
   auto executor = std::make_unique<NcclExecutor>(
       options, g_layout, MpiBackendOver(&MpiContext::DupWorld), MpiBackendOver(&MpiContext::SplitLocal),
-      MpiBackendOver(&MpiContext::SplitCross));
+      MpiBackendOver(&MpiContext::SplitCross), std::move(notice));
   auto c = std::make_unique<Coordinator>(
       options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
       MpiBackendOver(&MpiContext::DupWorld), std::move(executor));
@@ -69,7 +75,28 @@ std::unique_ptr<Coordinator> NewCoordinator(Options options) {
   return c;
 }
 
-std::unique_ptr<Coordinator> g_flat, g_hierarchical;
+// A coordinator as the runtime builds it for TFRING_GPU_OPERATIONS=mpi: GPU tensors staged
+// through host memory (CudaMemory: its own stream, waiting on the producers' events) and
+// reduced over MPI.
+std::unique_ptr<Coordinator> NewStagingCoordinator(Options options) {
+  options.stall_check_time_seconds = 0;
+  options.gpu_operations_through_mpi = true;
+  MPI_Comm control;
+  Status s = g_mpi.DupWorld(&control);
+  if (!s.ok()) Die(s);
+  auto executor = std::make_unique<StagingExecutor>(
+      std::make_unique<CudaMemory>(),
+      std::make_unique<HostExecutor>(MpiBackendOver(&MpiContext::DupWorld), g_layout.rank,
+                                     g_layout.size),
+      g_layout.rank, g_layout.size);
+  auto c = std::make_unique<Coordinator>(
+      options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
+      MpiBackendOver(&MpiContext::DupWorld), std::move(executor));
+  c->Start();
+  return c;
+}
+
+std::unique_ptr<Coordinator> g_flat, g_hierarchical, g_staging;
 
 class NcclEnvironment : public Environment {
  public:
@@ -102,13 +129,16 @@ class NcclEnvironment : public Environment {
     Options hierarchical = flat;
     hierarchical.hierarchical_allreduce = true;
     g_hierarchical = NewCoordinator(hierarchical);
+    g_staging = NewStagingCoordinator(flat);
   }
 
   void TearDown() override {
     if (g_flat) g_flat->Shutdown();
     if (g_hierarchical) g_hierarchical->Shutdown();
+    if (g_staging) g_staging->Shutdown();
     g_flat.reset();
     g_hierarchical.reset();
+    g_staging.reset();
     g_mpi.Finalize();
   }
 
@@ -153,9 +183,6 @@ OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const
   const int64_t bytes = static_cast<int64_t>(op->input.size());
   void* in = DeviceAlloc(bytes);
   cudaMemcpyAsync(in, op->input.data(), bytes, cudaMemcpyHostToDevice, g_producer);
-  cudaEvent_t ready;
-  cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-  cudaEventRecord(ready, g_producer);
   int64_t out_bytes = bytes;
   if (how.kind == CollectiveKind::kReducescatter) {
     const int64_t rows = ReducescatterRows(shape[0], Size())[Rank()];
@@ -173,10 +200,6 @@ OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const
   e.request.root_rank = how.root;
   e.request.prescale_factor = how.prescale;
   e.request.postscale_factor = how.postscale;
-  e.request.on_device = true;
-  e.device = g_device;
-  e.ready_event = ready;
-  e.stream = g_producer;
   e.input = in;
   e.output = *out;
   Op* raw = op.get();
@@ -186,32 +209,38 @@ OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const
     *buffer = *out;
     return Status::OK();
   };
-  e.done = [op, in, out, ready](const Status& s) {
+  e.done = [op, in, out](const Status& s) {
     if (s.ok()) {
       op->output.resize(NumElements(op->output_shape) * DataTypeSize(op->dtype));
       cudaMemcpy(op->output.data(), *out, op->output.size(), cudaMemcpyDeviceToHost);
     }
     cudaFree(in);
     if (*out) cudaFree(*out);
-    cudaEventDestroy(ready);
     op->promise.set_value(s);
   };
-  c->Enqueue(std::move(e));
+  // As the TensorFlow and XLA adapters do: an event after the producer's work.
+  std::vector<Entry> one;
+  one.push_back(std::move(e));
+  const Status tied = TieToProducerStream(g_producer, g_device, &one);
+  if (!tied.ok()) Die(tied);
+  c->Enqueue(std::move(one[0]));
   return op;
 }
 
-TFRING_TEST(NcclRuntime, AllreduceEveryDtypeAndOp) {
+void AllreduceEveryDtypeAndOpOn(Coordinator* c) {
   int salt = 0;
   for (DataType dtype : kAllDtypes) {
     for (ReduceOp op : kAllOps) {
       const std::string name = std::string("ar/") + DataTypeName(dtype) + "/" + ReduceOpName(op);
-      OpPtr p = SubmitOnGpu(g_flat.get(), name, dtype, {5, 3},
+      OpPtr p = SubmitOnGpu(c, name, dtype, {5, 3},
                             TestValues(dtype, Rank(), 15, salt), {CollectiveKind::kAllreduce, op});
       ExpectAllreduced(p, op, Size(), salt);
       ++salt;
     }
   }
 }
+TFRING_TEST(NcclRuntime, AllreduceEveryDtypeAndOp) { AllreduceEveryDtypeAndOpOn(g_flat.get()); }
+TFRING_TEST(StagedThroughMpi, AllreduceEveryDtypeAndOp) { AllreduceEveryDtypeAndOpOn(g_staging.get()); }
 
 TFRING_TEST(NcclRuntime, ScaleFactorsFoldedAndOnTheHostPath) {
   const std::vector<double> mine = TestValues(DataType::kFloat32, Rank(), 6, 1);
@@ -239,20 +268,22 @@ TFRING_TEST(NcclRuntime, ScaleFactorsFoldedAndOnTheHostPath) {
   EXPECT_TRUE(AllClose(DataType::kFloat64, b->Result(), want_min, &why)) << why;
 }
 
-TFRING_TEST(NcclRuntime, FusedSmallTensorsAndALargeOne) {
+void FusedSmallTensorsAndALargeOneOn(Coordinator* c) {
   std::vector<OpPtr> ops;
   for (int i = 0; i < 8; ++i) {
-    ops.push_back(SubmitOnGpu(g_flat.get(), "fused/" + std::to_string(i), DataType::kFloat32,
+    ops.push_back(SubmitOnGpu(c, "fused/" + std::to_string(i), DataType::kFloat32,
                               {i + 1, 3}, TestValues(DataType::kFloat32, Rank(), (i + 1) * 3, i),
                               {CollectiveKind::kAllreduce, ReduceOp::kAverage}));
   }
   const int64_t n = 16 << 20;  // 64 MiB of float32: alone, input to output
-  OpPtr large = SubmitOnGpu(g_flat.get(), "large", DataType::kFloat32, {n},
+  OpPtr large = SubmitOnGpu(c, "large", DataType::kFloat32, {n},
                             TestValues(DataType::kFloat32, Rank(), n, 9),
                             {CollectiveKind::kAllreduce, ReduceOp::kSum});
   for (int i = 0; i < 8; ++i) ExpectAllreduced(ops[i], ReduceOp::kAverage, Size(), i);
   ExpectAllreduced(large, ReduceOp::kSum, Size(), 9);
 }
+TFRING_TEST(NcclRuntime, FusedSmallTensorsAndALargeOne) { FusedSmallTensorsAndALargeOneOn(g_flat.get()); }
+TFRING_TEST(StagedThroughMpi, FusedSmallTensorsAndALargeOne) { FusedSmallTensorsAndALargeOneOn(g_staging.get()); }
 
 // More tensors than one batched-copy launch takes (64), of odd sizes, so that most sit at
 // odd offsets in the fusion buffer.
@@ -267,12 +298,12 @@ TFRING_TEST(NcclRuntime, ManyFusedTensorsOfOddSizes) {
   for (int i = 0; i < 200; ++i) ExpectAllreduced(ops[i], ReduceOp::kSum, Size(), i % 5);
 }
 
-TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) {
+void AllgatherUnevenFusedAndAloneOn(Coordinator* c) {
   const int r = Rank();
   GpuRequest gather{CollectiveKind::kAllgather};
-  OpPtr a = SubmitOnGpu(g_flat.get(), "ag/a", DataType::kFloat64, {r + 1, 2},
+  OpPtr a = SubmitOnGpu(c, "ag/a", DataType::kFloat64, {r + 1, 2},
                         TestValues(DataType::kFloat64, r, (r + 1) * 2, 1), gather);
-  OpPtr b = SubmitOnGpu(g_flat.get(), "ag/b", DataType::kInt8, {2 * r + 1, 3},
+  OpPtr b = SubmitOnGpu(c, "ag/b", DataType::kInt8, {2 * r + 1, 3},
                         TestValues(DataType::kInt8, r, (2 * r + 1) * 3, 2), gather);
   std::vector<double> want_a, want_b;
   for (int q = 0; q < Size(); ++q) {
@@ -289,7 +320,7 @@ TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) {
   EXPECT_TRUE(AllClose(DataType::kFloat64, a->Result(), want_a, &why)) << why;
   EXPECT_TRUE(AllClose(DataType::kInt8, b->Result(), want_b, &why)) << why;
   // Even sizes take ncclAllGather itself.
-  OpPtr even = SubmitOnGpu(g_flat.get(), "ag/even", DataType::kInt32, {4},
+  OpPtr even = SubmitOnGpu(c, "ag/even", DataType::kInt32, {4},
                            TestValues(DataType::kInt32, r, 4, 3), gather);
   std::vector<double> want_even;
   for (int q = 0; q < Size(); ++q) {
@@ -299,16 +330,18 @@ TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) {
   ASSERT_TRUE(WaitFor(even).ok());
   EXPECT_TRUE(AllClose(DataType::kInt32, even->Result(), want_even, &why)) << why;
 }
+TFRING_TEST(NcclRuntime, AllgatherUnevenFusedAndAlone) { AllgatherUnevenFusedAndAloneOn(g_flat.get()); }
+TFRING_TEST(StagedThroughMpi, AllgatherUnevenFusedAndAlone) { AllgatherUnevenFusedAndAloneOn(g_staging.get()); }
 
-TFRING_TEST(NcclRuntime, BroadcastAloneAndFused) {
+void BroadcastAloneAndFusedOn(Coordinator* c) {
   const int root = Size() - 1;
   GpuRequest bcast{CollectiveKind::kBroadcast, ReduceOp::kSum, root};
   std::vector<OpPtr> ops;
-  ops.push_back(SubmitOnGpu(g_flat.get(), "bc/alone", DataType::kFloat32, {1000},
+  ops.push_back(SubmitOnGpu(c, "bc/alone", DataType::kFloat32, {1000},
                             TestValues(DataType::kFloat32, Rank(), 1000, 0), bcast));
   ASSERT_TRUE(WaitFor(ops[0]).ok());
   for (int i = 1; i <= 3; ++i) {
-    ops.push_back(SubmitOnGpu(g_flat.get(), "bc/" + std::to_string(i), DataType::kBFloat16,
+    ops.push_back(SubmitOnGpu(c, "bc/" + std::to_string(i), DataType::kBFloat16,
                               {i, 2}, TestValues(DataType::kBFloat16, Rank(), i * 2, i), bcast));
   }
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -321,6 +354,8 @@ TFRING_TEST(NcclRuntime, BroadcastAloneAndFused) {
         << ops[i]->name << ": " << why;
   }
 }
+TFRING_TEST(NcclRuntime, BroadcastAloneAndFused) { BroadcastAloneAndFusedOn(g_flat.get()); }
+TFRING_TEST(StagedThroughMpi, BroadcastAloneAndFused) { BroadcastAloneAndFusedOn(g_staging.get()); }
 
 TFRING_TEST(NcclRuntime, HierarchicalAllreduceMatchesFlat) {
   int salt = 20;
@@ -343,11 +378,11 @@ TFRING_TEST(NcclRuntime, HierarchicalAllreduceMatchesFlat) {
   }
 }
 
-TFRING_TEST(NcclRuntime, ReducescatterUnevenAndEven) {
+void ReducescatterUnevenAndEvenOn(Coordinator* c) {
   for (int64_t rows : {int64_t{7}, int64_t{2} * Size()}) {  // uneven (grouped ncclReduce), even
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
       const std::string name = "rs/" + std::to_string(rows) + "/" + ReduceOpName(op);
-      OpPtr p = SubmitOnGpu(g_flat.get(), name, DataType::kFloat32, {rows, 2},
+      OpPtr p = SubmitOnGpu(c, name, DataType::kFloat32, {rows, 2},
                             TestValues(DataType::kFloat32, Rank(), rows * 2, 7),
                             {CollectiveKind::kReducescatter, op});
       const Status s = WaitFor(p);
@@ -363,6 +398,8 @@ TFRING_TEST(NcclRuntime, ReducescatterUnevenAndEven) {
     }
   }
 }
+TFRING_TEST(NcclRuntime, ReducescatterUnevenAndEven) { ReducescatterUnevenAndEvenOn(g_flat.get()); }
+TFRING_TEST(StagedThroughMpi, ReducescatterUnevenAndEven) { ReducescatterUnevenAndEvenOn(g_staging.get()); }
 
 // Fusion buffers are packed and unpacked by a batched-copy kernel (backends/cuda). Copies of
 // every size, at every alignment of source and destination, more than one launch's worth:
@@ -421,14 +458,18 @@ TFRING_TEST(NcclRuntime, BatchedCopyEverySizeAndAlignment) {
   cudaFree(dst);
 }
 
-// Last: the failure aborts this coordinator's communicators for good.
-TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
+// The failure tests make coordinators of their own: a failure aborts an executor's
+// communicators for good.
+//
+// Rank `failing` passes host memory as its input: NCCL's pointer check (SetUp) rejects it
+// before anything runs on the GPU, so that rank fails at once with NCCL's message, while its
+// peers wait inside NCCL for its part. The peer timeout is long (30 s): only the failing
+// rank's announcement can fail the op on the others within the few seconds checked here.
+void ExpectOneRanksNcclErrorFailsEveryRank(bool hierarchical, int failing) {
   Options options;
-  options.peer_timeout_seconds = 5;
+  options.peer_timeout_seconds = 30;
+  options.hierarchical_allreduce = hierarchical;
   std::unique_ptr<Coordinator> c = NewCoordinator(options);
-  // Rank 0 passes host memory as the input: NCCL's pointer check (SetUp) rejects it before
-  // anything runs on the GPU, so rank 0 fails with NCCL's message, and the other ranks time
-  // out waiting for rank 0's part.
   OpPtr warmup = SubmitOnGpu(c.get(), "warmup", DataType::kFloat32, {4},
                              TestValues(DataType::kFloat32, Rank(), 4), {});
   ASSERT_TRUE(WaitFor(warmup).ok());
@@ -442,16 +483,23 @@ TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
   e.request.shape = {static_cast<int64_t>(host.size())};
   e.request.on_device = true;
   e.device = g_device;
-  e.input = Rank() == 0 ? static_cast<void*>(host.data()) : device_in;
+  e.input = Rank() == failing ? static_cast<void*>(host.data()) : device_in;
   e.output = device_out;
   e.done = [done](const Status& s) { done->set_value(s); };
+  const auto start = std::chrono::steady_clock::now();
   c->Enqueue(std::move(e));
-  ASSERT_TRUE(status.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  ASSERT_TRUE(status.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const Status s = status.get();
   EXPECT_FALSE(s.ok());
+  EXPECT_LT(seconds, 10.0) << "the op failed only after " << seconds << " s: " << s.ToString();
   EXPECT_CONTAINS(s.message(), "GPU collectives fail from now on");
-  if (Rank() == 0) {
-    EXPECT_CONTAINS(s.message(), "ncclAllReduce");
+  // Every rank reports the failing rank's own reason: NCCL's, naming its call.
+  EXPECT_CONTAINS(s.message(), hierarchical ? "ncclReduce" : "ncclAllReduce");
+  EXPECT_CONTAINS(s.message(), "(on rank " + std::to_string(failing) + ")");
+  if (Rank() != failing) {
+    EXPECT_CONTAINS(s.message(), "failed on rank " + std::to_string(failing));
   }
   // Later GPU ops fail at once with the same reason instead of hanging.
   OpPtr after = SubmitOnGpu(c.get(), "after", DataType::kFloat32, {4},
@@ -459,9 +507,29 @@ TFRING_TEST(NcclRuntime, NcclErrorFailsTheOpWithNcclsMessage) {
   const Status later = WaitFor(after);
   EXPECT_FALSE(later.ok());
   EXPECT_CONTAINS(later.message(), "GPU collectives fail from now on");
+  EXPECT_CONTAINS(later.message(), "(on rank " + std::to_string(failing) + ")");
+  // Host collectives and the control plane go on: the job can save and exit cleanly.
+  OpPtr host_op = SubmitAllreduce(c.get(), "host after", DataType::kFloat32, {6},
+                                  TestValues(DataType::kFloat32, Rank(), 6, 3), ReduceOp::kSum);
+  ExpectAllreduced(host_op, ReduceOp::kSum, Size(), 3);
   c->Shutdown();
   cudaFree(device_in);
   cudaFree(device_out);
+}
+
+TFRING_TEST(NcclRuntime, NcclErrorOnRankZeroFailsTheOpOnEveryRank) {
+  ExpectOneRanksNcclErrorFailsEveryRank(false, 0);
+}
+
+TFRING_TEST(NcclRuntime, NcclErrorOnTheLastRankFailsTheOpOnEveryRank) {
+  ExpectOneRanksNcclErrorFailsEveryRank(false, Size() - 1);
+}
+
+// With hosts of two ranks (TFRING_TEST_RANKS_PER_HOST=2 at 4 ranks), the failing rank is the
+// second host's first: the first host learns it in the step across hosts, and no host's
+// first rank is left waiting in MPI for it.
+TFRING_TEST(NcclRuntime, NcclErrorInAHierarchicalAllreduceFailsEveryHost) {
+  ExpectOneRanksNcclErrorFailsEveryRank(true, Size() / 2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/logging.h"
@@ -49,8 +50,10 @@ Status NewDeviceExecutor(const Options& options, MPI_Comm parent,
         layout.size);
     return Status::OK();
   }
+  std::unique_ptr<MpiFailureNotice> notice;
+  TFRING_RETURN_IF_ERROR(MpiFailureNotice::Create(parent, &notice));
   *out = std::make_unique<NcclExecutor>(options, layout, std::move(world), std::move(local),
-                                        std::move(cross));
+                                        std::move(cross), std::move(notice));
 #else
   (void)options;
   (void)parent;

@@ -83,16 +83,11 @@ void Submit(OpKernelContext* ctx, std::vector<Entry> entries,
             std::shared_ptr<Coordinator> coordinator) {
 #if TFRING_WITH_NCCL
   if (kOnGpu) {
-    std::vector<Entry> attached;
-    for (Entry& e : entries) {
-      const Status s = AttachToGpuStream(ctx, &e);
-      if (s.ok()) {
-        attached.push_back(std::move(e));
-      } else {
-        e.done(s);
-      }
+    const Status s = AttachToGpuStream(ctx, &entries);
+    if (!s.ok()) {
+      for (Entry& e : entries) e.done(s);
+      return;
     }
-    entries.swap(attached);
   }
 #endif
   coordinator->EnqueueAll(std::move(entries));

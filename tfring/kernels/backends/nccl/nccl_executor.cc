@@ -121,10 +121,8 @@ Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, Data
     // inside each host over NCCL.
     s = Launched(ncclReduce(in, out, count, type, plan.op, 0, local_.comm, stream_), "ncclReduce",
                  {&local_});
-    if (s.ok() && layout_.local_rank == 0 && layout_.cross_size > 1) {
-      s = ThroughHost(out, bytes, "reduce it across hosts", [&](char* host) {
-        return cross_host_->Allreduce(host, host, count, dtype, plan.host_op);
-      });
+    if (layout_.local_rank == 0 && layout_.cross_size > 1) {
+      s = AcrossHosts(out, bytes, count, dtype, plan.host_op, s);
     }
     if (s.ok()) {
       s = Launched(ncclBroadcast(out, out, bytes, ncclUint8, 0, local_.comm, stream_),
@@ -142,6 +140,33 @@ Status NcclExecutor::ReduceBuffer(const void* in, void* out, int64_t count, Data
       return Status::OK();
     }));
   }
+  return Status::OK();
+}
+
+Status NcclExecutor::AcrossHosts(void* buffer, int64_t bytes, int64_t count, DataType dtype,
+                                 ReduceOp op, Status local) {
+  if (local.ok() && bytes > 0) {
+    host_staging_.resize(bytes);
+    const cudaError_t rc = cudaMemcpyAsync(host_staging_.data(), buffer, bytes,
+                                           cudaMemcpyDeviceToHost, stream_);
+    local = rc == cudaSuccess ? Complete("NCCL reduce inside this host")
+                              : Fail(CudaStatus(rc, "cudaMemcpyAsync", __FILE__, __LINE__));
+  }
+  int32_t failed_here = local.ok() ? 0 : 1, failed_anywhere = 0;
+  const Status agreed = cross_host_->Allreduce(&failed_here, &failed_anywhere, 1,
+                                               DataType::kInt32, ReduceOp::kMax);
+  if (!local.ok()) return local;
+  if (!agreed.ok()) return Fail(agreed);
+  if (failed_anywhere) {
+    return Fail(Status::Aborted("the NCCL reduce inside another host failed (its ranks say why)"));
+  }
+  if (bytes == 0) return Status::OK();
+  const Status across = cross_host_->Allreduce(host_staging_.data(), host_staging_.data(), count,
+                                               dtype, op);
+  if (!across.ok()) return Fail(across);
+  // host_staging_ must outlive the copy: every later use of it follows a Complete().
+  TFRING_CUDA_CHECK(cudaMemcpyAsync(buffer, host_staging_.data(), bytes, cudaMemcpyHostToDevice,
+                                    stream_));
   return Status::OK();
 }
 

@@ -7,7 +7,11 @@
 // event for that (never a device-wide synchronize), checking NCCL's asynchronous errors while
 // it waits: a NCCL error, or a collective that has not finished after
 // TFRING_PEER_TIMEOUT_SECONDS (a peer died mid-collective), aborts the communicators and
-// fails this and every later GPU op with the reason, instead of hanging. The timeout counts
+// fails this and every later GPU op with the reason, instead of hanging. A rank that fails
+// first announces it (core/failure_notice.h) before it aborts, and every rank polls for
+// announcements while it waits, so its peers fail the same op within milliseconds with the
+// failing rank's reason instead of waiting out the timeout; host collectives and the control
+// plane go on. The timeout counts
 // from when the call was queued, so it includes waiting for the producers' kernels; the
 // hierarchical allreduce's MPI step across hosts is a blocking MPI call, as host tensors'
 // collectives are.
@@ -31,6 +35,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +45,7 @@
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/buffer_layout.h"
+#include "tfring/kernels/core/failure_notice.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/process_layout.h"
 
@@ -49,9 +55,12 @@ class NcclExecutor : public GroupExecutor {
  public:
   // `world`, `local` (this host's ranks) and `cross` (the ranks sharing this local rank):
   // host backends, used to share NCCL's unique ids and, for hierarchical allreduce, for
-  // the step across hosts. Nothing touches CUDA until the first GPU tensor arrives.
+  // the step across hosts. `notice` spans the ranks of `world` (null: a failure is not
+  // announced, and peers find out from NCCL or their timeout). Nothing touches CUDA until
+  // the first GPU tensor arrives.
   NcclExecutor(const Options& options, const ProcessLayout& layout, std::unique_ptr<Backend> world,
-               std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross);
+               std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross,
+               std::unique_ptr<FailureNotice> notice);
   ~NcclExecutor() override;
 
   const char* name() const override { return "NCCL"; }
@@ -85,7 +94,17 @@ class NcclExecutor : public GroupExecutor {
   Status WaitForProducerStream(const Entry& e);
   // Waits until everything queued on the executor's stream has finished.
   Status Complete(const std::string& what);
+  // Breaks the executor for good: announces `status` to the peers (unless a peer's
+  // announcement came first, whose reason then wins), aborts the communicators.
   Status Fail(const Status& status);
+  // Whether a peer announced a failure: *reason says which rank and why. Polls for up to
+  // `grace` for one to arrive.
+  bool HeardFromPeer(std::chrono::milliseconds grace, Status* reason);
+  // The hierarchical allreduce's step across hosts, among the hosts' first ranks. Each
+  // takes part even when its own host's reduce (`local`) failed, so that none waits in MPI
+  // for it: they first agree whether every host's reduce succeeded.
+  Status AcrossHosts(void* buffer, int64_t bytes, int64_t count, DataType dtype, ReduceOp op,
+                     Status local);
   Status DeviceBuffer(int which, int64_t bytes, char** buffer);
   Status CopyAsync(void* dst, const void* src, int64_t bytes);
   // A fusion buffer packed from the group's inputs, and unpacked into its outputs, with
@@ -103,6 +122,7 @@ class NcclExecutor : public GroupExecutor {
   const Options options_;
   const ProcessLayout layout_;
   std::unique_ptr<Backend> world_host_, local_host_, cross_host_;
+  std::unique_ptr<FailureNotice> notice_;
   bool ready_ = false;
   Status broken_;  // set once a communicator is aborted: every later call fails with it
   int device_ = -1;
@@ -111,6 +131,7 @@ class NcclExecutor : public GroupExecutor {
   cudaEvent_t producer_event_ = nullptr;
   BatchedCopier copier_;
   Comm world_, local_;
+  const Comm* in_flight_ = nullptr;  // the communicator of the last call launched
   char* buffers_[2] = {nullptr, nullptr};
   int64_t buffer_bytes_[2] = {0, 0};
   std::vector<char> host_staging_;

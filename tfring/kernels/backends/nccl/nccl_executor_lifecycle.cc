@@ -2,12 +2,14 @@
 // host backends), device buffers, the stream ordering with TensorFlow's producers, waiting
 // for completion with a deadline, and failure: an error or a collective past
 // TFRING_PEER_TIMEOUT_SECONDS aborts the communicators and fails every later GPU op with
-// the reason. The collectives themselves are in nccl_executor.cc.
+// the reason, announced to the peers first (core/failure_notice.h). The collectives
+// themselves are in nccl_executor.cc.
 #include <sched.h>
 
 #include <chrono>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include "tfring/kernels/backends/cuda/cuda_check.h"
 #include "tfring/kernels/backends/nccl/nccl_check.h"
@@ -24,17 +26,22 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpin = std::chrono::microseconds(500);
 constexpr auto kPollSleep = std::chrono::microseconds(20);
 constexpr auto kDrainAfterAbort = std::chrono::seconds(5);
+// How long a rank whose own collective failed listens for a peer's announcement before it
+// announces its own: when the first failure was elsewhere, NCCL's error here (a closed
+// connection, an aborted peer) is only its echo, and the peer's reason is the one to report.
+constexpr auto kListenBeforeAnnouncing = std::chrono::milliseconds(50);
 
 }  // namespace
 
 NcclExecutor::NcclExecutor(const Options& options, const ProcessLayout& layout,
                            std::unique_ptr<Backend> world, std::unique_ptr<Backend> local,
-                           std::unique_ptr<Backend> cross)
+                           std::unique_ptr<Backend> cross, std::unique_ptr<FailureNotice> notice)
     : options_(options),
       layout_(layout),
       world_host_(std::move(world)),
       local_host_(std::move(local)),
-      cross_host_(std::move(cross)) {}
+      cross_host_(std::move(cross)),
+      notice_(std::move(notice)) {}
 
 NcclExecutor::~NcclExecutor() {
   if (!ready_) return;
@@ -52,11 +59,38 @@ NcclExecutor::~NcclExecutor() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+bool NcclExecutor::HeardFromPeer(std::chrono::milliseconds grace, Status* reason) {
+  if (notice_ == nullptr) return false;
+  const auto deadline = Clock::now() + grace;
+  Status failure;
+  int from = -1;
+  while (!notice_->Heard(&failure, &from)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kPollSleep);
+  }
+  *reason = Status(failure.code(), "a GPU collective failed on rank " + std::to_string(from) +
+                                       ", which told this rank why: " + failure.message());
+  return true;
+}
+
 Status NcclExecutor::Fail(const Status& status) {
   if (broken_.ok()) {
+    Status reason(status.code(),
+                  status.message() + " (on rank " + std::to_string(layout_.rank) + ")");
+    // Announce before aborting: the abort is what the peers' NCCL notices, and by then
+    // they should already know why.
+    if (notice_ != nullptr && !HeardFromPeer(kListenBeforeAnnouncing, &reason)) {
+      notice_->Announce(reason);
+    }
     // A communicator in an unknown state cannot be used again, and waiting on it could
     // hang: abort (ncclCommAbort does not wait for peers; it frees the communicator).
-    for (Comm* c : {&world_, &local_}) {
+    // The one with work in flight goes first: freeing the other's device memory waits for
+    // the whole device, and a kernel waiting for a peer's part ends only when its own
+    // communicator is aborted (a hierarchical allreduce on `local_` failed on a peer would
+    // otherwise hang in the abort of the idle `world_`).
+    Comm* order[2] = {&world_, &local_};
+    if (in_flight_ == &local_) std::swap(order[0], order[1]);
+    for (Comm* c : order) {
       if (c->comm) ncclCommAbort(c->comm);
       c->comm = nullptr;
     }
@@ -68,7 +102,7 @@ Status NcclExecutor::Fail(const Status& status) {
         std::this_thread::sleep_for(kPollSleep);
       }
     }
-    broken_ = Status(status.code(), status.message() +
+    broken_ = Status(reason.code(), reason.message() +
                                         ". The NCCL communicators were aborted; GPU collectives "
                                         "fail from now on in this job (rank " +
                                         std::to_string(layout_.rank) + ")");
@@ -82,6 +116,7 @@ Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
   if (rc != ncclSuccess && rc != ncclInProgress) {
     return Fail(NcclStatus(rc, comms.empty() ? nullptr : comms[0]->comm, call, __FILE__, __LINE__));
   }
+  if (!comms.empty()) in_flight_ = comms[0];
   // Non-blocking communicators: the call may still be in progress on the host side (only
   // initialization takes long); the next call must wait for it.
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -89,6 +124,8 @@ Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
                                                options_.peer_timeout_seconds));
   for (const Comm* c : comms) {
     while (true) {
+      Status peer;
+      if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
       ncclResult_t state = ncclSuccess;
       const ncclResult_t q = ncclCommGetAsyncError(c->comm, &state);
       if (q != ncclSuccess) return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
@@ -136,6 +173,10 @@ Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char
 
 Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
   if (!broken_.ok()) return broken_;
+  // A peer that failed an earlier collective after its own part of it was done (so this
+  // rank's completed) has announced it: fail here rather than start one it will not join.
+  Status peer;
+  if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
   const int device = group[0]->device;
   for (const Entry* e : group) {
     if (e->device != device) {
@@ -194,6 +235,8 @@ Status NcclExecutor::Complete(const std::string& what) {
     const cudaError_t rc = cudaEventQuery(done_event_);
     if (rc == cudaSuccess) return Status::OK();
     if (rc != cudaErrorNotReady) return Fail(CudaStatus(rc, "cudaEventQuery", __FILE__, __LINE__));
+    Status peer;
+    if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
     for (const Comm* c : {&world_, &local_}) {
       if (c->comm == nullptr) continue;
       ncclResult_t async = ncclSuccess;

@@ -1,16 +1,18 @@
-// The GPU half of the TF glue (GPU builds only): ties an Entry to the stream TensorFlow runs
-// the op's kernel on, so that the runtime reads the input only after its producer wrote it.
+// The GPU half of the TF glue (GPU builds only), kept to what only TensorFlow can say: which
+// CUDA stream and device TensorFlow runs the op's kernel on. What is done with them (an
+// event the runtime waits for) is backends/cuda/producer_stream.h, which the native GPU
+// tests run.
 #pragma once
+
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tfring/kernels/core/entry.h"
 
 namespace tfring {
 
-// Sets e->device (the CUDA ordinal of the op's GPU), e->stream (TF's compute stream) and
-// e->ready_event: an event recorded on that stream now, after the producers of the input
-// and any earlier users of the output memory were queued. Wraps e->done (set it first) so
-// the event is freed when the op completes. On error, leaves `e` unchanged.
-Status AttachToGpuStream(tensorflow::OpKernelContext* ctx, Entry* e);
+// Ties the op's entries (their done callbacks set) to TensorFlow's compute stream of the
+// op's GPU (TieToProducerStream). On error, leaves the entries unchanged.
+Status AttachToGpuStream(tensorflow::OpKernelContext* ctx, std::vector<Entry>* entries);
 
 }  // namespace tfring

