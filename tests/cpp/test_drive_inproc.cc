@@ -1,4 +1,4 @@
-// Eager callers drive the cycles (coordinator_drive.cc), with ranks as threads: an eager op
+// Eager callers drive the cycles (cycle_driver.h), with ranks as threads: an eager op
 // completes on its caller's thread, alongside other threads' eager and graph ops; a caller
 // whose peers never submit its op returns after its drive and the background thread
 // carries on, to the stall error or the shutdown.

@@ -276,6 +276,7 @@ TFRING_TEST(MpiRuntime, FailureNoticeReachesEveryPeer) {
   EXPECT_FALSE(notice->Heard(&heard, &from));
   MPI_Barrier(g_mpi.world());
   EXPECT_FALSE(notice->Heard(&heard, &from)) << "heard " << heard.ToString() << " from " << from;
+  MPI_Barrier(g_mpi.world());  // no rank announces before every rank has checked
   const int failing = Size() - 1;
   const std::string reason = std::string(5000, 'x') + " ncclAllReduce failed";  // cut to fit
   if (Rank() == failing) {

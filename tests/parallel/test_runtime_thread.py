@@ -1,5 +1,5 @@
 """The runtime's background thread: named, and under SCHED_BATCH unless told otherwise
-(coordinator_drive.cc says why)."""
+(core/cycle_driver.cc says why)."""
 
 import os
 import subprocess

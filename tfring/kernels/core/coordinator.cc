@@ -31,6 +31,7 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
                  std::move(process_sets), &timeline_),
       all_ranks_(SetMembers({}, size_)),
       intake_(rank_),
+      driver_(options, &intake_, this),
       cache_(options.cache_capacity),
       joined_ranks_(size_, false),
       round_(options, rank_, size_),
@@ -61,10 +62,20 @@ void Coordinator::ApplyParams(const ResponseList& list) {
 Coordinator::~Coordinator() { Shutdown(); }
 
 void Coordinator::Start() {
-  TFRING_CHECK(!thread_.joinable()) << "Coordinator started twice";
   intake_.Open();
   round_.Start(SteadyClock::now());
-  thread_ = std::thread([this] { Loop(); });
+  driver_.Start();
+}
+
+SteadyClock::duration Coordinator::cycle_time() const {
+  return std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
+}
+
+void Coordinator::ForgetDriveCount(const std::atomic<int>* remaining) {
+  pending_.ForEachEntry([remaining](Entry& e) {
+    if (e.drive_count == remaining) e.drive_count = nullptr;
+  });
 }
 
 std::string Coordinator::PrepareEntry(Entry* e) const {
@@ -112,7 +123,7 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
   entries.erase(entries.begin() + kept, entries.end());
   if (entries.empty()) return;
   if (entries[0].eager) {
-    EnqueueAndDrive(std::move(entries));  // coordinator_drive.cc
+    driver_.Drive(std::move(entries));
   } else if (intake_.Put(&entries)) {
     intake_.Wake();
   }
@@ -120,7 +131,7 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
 
 void Coordinator::Shutdown() {
   intake_.RequestStop();
-  if (thread_.joinable()) thread_.join();
+  driver_.Join();
 }
 
 bool Coordinator::stopped() const { return intake_.stopped(); }

@@ -1,23 +1,24 @@
-// Coordinator: the one background thread per process that turns submitted tensors into
-// collectives executed in the same order on every rank. The design (the cycle, the response
+// Coordinator: turns submitted tensors into collectives executed in the same order on every
+// rank, one cycle at a time (its CycleDriver decides which thread runs the next). The design (the cycle, the response
 // cache, graph bursts, process sets, join) is in docs/architecture.md, 'The cycle'.
 //
 // Who calls what, on which thread:
 //  - Any thread (TF kernels, tests) calls Enqueue() or EnqueueAll(); a graph op's never
 //    blocks on communication. An eager op's caller runs cycles itself while it waits, when
-//    no other thread runs one, instead of handing its op over and being woken.
-//  - Cycles run on the background thread (tfring-cycles, under SCHED_BATCH unless
-//    TFRING_SCHED_BATCH=0: coordinator_drive.cc says why) or on such an eager caller's
-//    thread, one at a time (cycle_mutex_): whoever runs a cycle is the only caller of the
-//    ControlPlane and the Backend, and runs the `done` callbacks of what it completes.
+//    no other thread runs one (CycleDriver::Drive).
+//  - Cycles run on the background thread or on such an eager caller's thread, one at a
+//    time (cycle_driver.h): whoever runs a cycle is the only caller of the ControlPlane and
+//    the Backend, and runs the `done` callbacks of what it completes.
 //  - Start() and Shutdown() are called by the owner (the global runtime), once each.
 //
-// Its parts, each owning its state (the rest is the cycle's, under cycle_mutex_):
+// Its parts, each owning its state (the rest is the cycle's, owned by whoever runs it):
 //  - Intake (intake.h): the queue of submitted ops and the state any thread may ask about;
-//  - the driver (coordinator_drive.cc): who runs cycles, the background thread's waits,
-//    graph bursts (the fields under "Set after each cycle" and the burst counters below);
+//  - CycleDriver (cycle_driver.h): which thread runs the next cycle, the background
+//    thread and its waits, graph bursts;
 //  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
 //  - SetExecutorTable (set_executors.h): the executors each process set runs on;
+//  - JoinedStandIns (joined_stand_ins.h): what a joined rank runs in place of its tensors,
+//    for one set's execution;
 //  - the cycle's own: pending entries, the response cache, joins (coordinator.cc,
 //    coordinator_take.cc, coordinator_negotiate.cc, coordinator_execute.cc).
 //
@@ -29,17 +30,13 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +45,7 @@
 #include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"
 #include "tfring/kernels/core/cycle_bits.h"
+#include "tfring/kernels/core/cycle_driver.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
@@ -83,22 +81,7 @@ struct CycleResponses {
 };
 using CycleItems = std::vector<CycleResponses::Item>;
 
-// How many graph ops each of the last few bursts brought (Coordinator::WaitForBurstToEnd).
-// A steady training step brings the same number every time; a smaller burst in between
-// (a metric's op, say) leaves the largest as it was.
-class RecentBursts {
- public:
-  void Add(uint64_t ops) { sizes_[next_++ % sizes_.size()] = ops; }
-  // 0 until a burst has been seen.
-  uint64_t Largest() const { return *std::max_element(sizes_.begin(), sizes_.end()); }
-
- private:
-  std::array<uint64_t, 8> sizes_{};
-  size_t next_ = 0;
-};
-
-
-class Coordinator {
+class Coordinator : private CycleDriver::Cycles {
  public:
   // `backend` carries host tensors. `device_executor` runs GPU tensors (Entry::device >= 0);
   // without one, such tensors fail with an error that says so. Without `process_sets`,
@@ -107,7 +90,7 @@ class Coordinator {
               std::unique_ptr<Backend> backend,
               std::unique_ptr<GroupExecutor> device_executor = nullptr,
               ProcessSetFactory process_sets = nullptr);
-  ~Coordinator();  // Shutdown() if still running
+  ~Coordinator() override;  // Shutdown() if still running
 
   void Start();
   // Thread-safe. If the coordinator is not running, calls entry.done(error) right away.
@@ -147,18 +130,12 @@ class Coordinator {
  private:
   using State = PendingState;
 
-  void Loop();
-  // Runs one cycle; the caller holds cycle_mutex_. False once cycles have ended: every rank
-  // agreed to stop, or a failure, which it logged and failed every entry with.
-  bool CycleOnce(bool* progress);
-  // Queues an eager op's entries and runs cycles on this thread until they complete (or
-  // for a while), unless another thread keeps running cycles (coordinator_drive.cc).
-  void EnqueueAndDrive(std::vector<Entry> entries);
-  // Waits while ops from a graph keep arriving (Entry::eager), up to the cycle time, and
-  // no longer once the burst is as large as the largest recent one.
-  void WaitForBurstToEnd(SteadyClock::duration cycle_time);
-  // One cycle; sets *progress if anything was taken, executed or changed.
-  Status RunCycle(bool* progress, bool* stop);
+  // CycleDriver::Cycles: what the driver runs (cycle_driver.h).
+  Status RunCycle(bool* progress, bool* stop) override;  // the cycle, steps 1 to 4
+  bool AnyPending() const override { return !pending_.empty(); }
+  void FailEverything(const Status& status) override;
+  void ForgetDriveCount(const std::atomic<int>* remaining) override;
+  SteadyClock::duration cycle_time() const override;
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
   // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or
   // fails it (a name already in flight, an op after join()).
@@ -196,7 +173,6 @@ class Coordinator {
   void Finish(const std::string& name, const Status& status);
   void Finish(Table::iterator it, const Status& status);
   void FinishAtSlot(int slot, const Status& status);
-  void FailEverything(const Status& status);
 
   const Options options_;
   std::unique_ptr<ControlPlane> control_plane_;
@@ -207,17 +183,9 @@ class Coordinator {
 
   // Shared with every thread that submits, shuts down or asks about the state.
   Intake intake_;
-  std::thread thread_;  // started and joined by the owner's thread (Start, Shutdown)
+  CycleDriver driver_;
 
-  // Whoever runs a cycle holds this: the background thread, or an eager caller driving.
-  std::mutex cycle_mutex_;
-  bool cycles_ended_ = false;  // under cycle_mutex_: no cycle may run any more
-  // Set after each cycle, read by the background thread without the lock: whether entries
-  // are in flight, and when the last cycle ended (steady clock, ns).
-  std::atomic<bool> in_flight_{false};
-  std::atomic<int64_t> last_cycle_ns_{0};
-
-  // Owned by whoever holds cycle_mutex_.
+  // Owned by whoever runs a cycle.
   SteadyClock::time_point last_work_{};  // the last cycle that had entries pending
   std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from intake_
   PendingEntries pending_;
@@ -231,8 +199,6 @@ class Coordinator {
   std::atomic<double> cycle_time_ms_;
   NegotiationRound round_;
   UnnamedNames unnamed_names_;
-  uint64_t graph_ops_seen_ = 0;  // graph_ops_enqueued_ when the last burst ended
-  RecentBursts recent_bursts_;
 };
 
 }  // namespace tfring

@@ -1,6 +1,6 @@
 // The coordinator's execution of negotiated responses: set by set, fusion group by fusion
-// group, through the host or device executor; with the stand-ins a joined rank runs in
-// place of data it does not have, and the completion of joins. The cycle that decides
+// group, through the host or device executor (with a joined rank's stand-ins,
+// joined_stand_ins.h, in place of data it does not have), and the completion of joins. The cycle that decides
 // what to execute is in coordinator.cc.
 #include <algorithm>
 #include <chrono>
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/buffer_layout.h"
 #include "tfring/kernels/core/coordinator.h"
 #include "tfring/kernels/core/fusion.h"
+#include "tfring/kernels/core/joined_stand_ins.h"
 
 namespace tfring {
 namespace {
@@ -22,66 +22,6 @@ namespace {
 int PositionIn(const std::vector<int32_t>& members, int rank) {
   return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) -
                           members.begin());
-}
-
-// Buffers for the entries a joined rank runs in place of data it does not have.
-struct Scratch {
-  std::deque<std::vector<char>> buffers;
-  std::deque<Entry> entries;
-
-  char* Buffer(size_t bytes) {
-    buffers.emplace_back(bytes);
-    return buffers.back().data();
-  }
-};
-
-// The entry a joined rank (a member of r's set at `position` of `set_size`) runs for `r`:
-// the identity of the reduction as its input, its outputs thrown away.
-Entry* JoinedEntry(const Response& r, int position, int set_size, Scratch* scratch) {
-  scratch->entries.emplace_back();
-  Entry* e = &scratch->entries.back();
-  e->request = SignatureOf(r);
-  e->request.prescale_factor = 1.0;  // the identity stays the identity
-  e->done = [](const Status&) {};
-  const int64_t count = NumElements(r.shape);
-  const size_t esize = DataTypeSize(r.dtype);
-  switch (r.kind) {
-    case CollectiveKind::kAllreduce:
-    case CollectiveKind::kReducescatter: {
-      char* in = scratch->Buffer(count * esize);
-      const ReduceOp op = WireOp(r.reduce_op);
-      if (MixedParts(r)) {  // each tensor of the unit in its own dtype; the gaps are unread
-        const Packed packed = PlanParts(r.parts);
-        for (size_t i = 0; i < r.parts.size(); ++i) {
-          FillIdentity(r.parts[i].dtype, op, in + packed.offsets[i],
-                       NumElements(r.parts[i].shape));
-        }
-      } else {
-        FillIdentity(r.dtype, op, in, count);
-      }
-      e->input = in;
-      e->output = in;
-      if (r.kind == CollectiveKind::kReducescatter) {
-        const int64_t rows = ReducescatterRows(r.shape[0], set_size)[position];
-        e->output = scratch->Buffer(rows * RowBytes(e->request));
-      }
-      break;
-    }
-    case CollectiveKind::kBroadcast:
-      e->output = scratch->Buffer(count * esize);
-      e->input = e->output;
-      break;
-    case CollectiveKind::kAllgather:
-      e->request.shape[0] = 0;  // contributes no rows
-      e->allocate_output = [scratch, esize](const Shape& shape, void** buffer) {
-        *buffer = scratch->Buffer(NumElements(shape) * esize);
-        return Status::OK();
-      };
-      break;
-    default:
-      break;  // barrier: no data; alltoall never runs with joined ranks (JoinedProblem)
-  }
-  return e;
 }
 
 // Bytes a response moves through the fusion buffer (the same on every rank).
@@ -148,7 +88,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
                                   const CycleItems& responses) {
   const int position = PositionIn(members, rank_);
   const int set_size = static_cast<int>(members.size());
-  std::unique_ptr<Scratch> scratch;  // made when this rank has joined and needs stand-ins
+  std::unique_ptr<JoinedStandIns> stand_ins;  // made when this rank has joined and needs them
   // What the executors see: the responses as they are, or a copy where one must change (a
   // broadcast's root, as its position in a smaller set).
   std::vector<const Response*> runs;
@@ -205,8 +145,8 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
       }
     }
     runs.push_back(r);
-    if (!own && !scratch) scratch = std::make_unique<Scratch>();
-    entries.push_back(own ? own : JoinedEntry(*r, position, set_size, scratch.get()));
+    if (!own && !stand_ins) stand_ins = std::make_unique<JoinedStandIns>();
+    entries.push_back(own ? own : stand_ins->For(*r, position, set_size));
     owners.push_back(owner);
   }
   std::vector<FusionItem> items;

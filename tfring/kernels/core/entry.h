@@ -69,7 +69,7 @@ struct Entry {
   // Called exactly once, on the background thread (or on the caller's thread when the op
   // fails before it is queued).
   std::function<void(const Status&)> done;
-  // Set while an eager caller runs cycles for its op (Coordinator::EnqueueAndDrive): the
+  // Set while an eager caller runs cycles for its op (CycleDriver::Drive): the
   // count of the op's entries not done yet, on that caller's stack, so it knows when to
   // stop. The caller clears it on entries still pending when it leaves. Null otherwise.
   std::atomic<int>* drive_count = nullptr;

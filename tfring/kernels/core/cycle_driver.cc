@@ -1,7 +1,4 @@
-// Who runs the cycles (one at a time, under cycle_mutex_): the background thread's loop,
-// and eager callers that drive them themselves (coordinator.h says why). The cycle itself
-// is in coordinator.cc.
-#include "tfring/kernels/core/coordinator.h"
+#include "tfring/kernels/core/cycle_driver.h"
 
 #include <sched.h>
 
@@ -37,7 +34,20 @@ thread_local bool t_in_cycle = false;
 
 }  // namespace
 
-void Coordinator::Loop() {
+uint64_t RecentBursts::Largest() const {
+  return *std::max_element(sizes_.begin(), sizes_.end());
+}
+
+void CycleDriver::Start() {
+  TFRING_CHECK(!thread_.joinable()) << "cycles started twice";
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CycleDriver::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void CycleDriver::Loop() {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short back-off sleeps must stay short
   prctl(PR_SET_NAME, "tfring-cycles");  // so that top -H, perf and tests can tell it apart
@@ -64,25 +74,24 @@ void Coordinator::Loop() {
   // delays the caller's op on this core.
   SteadyClock::duration idle_wait = SteadyClock::duration::zero();
   while (true) {
-    const auto cycle_time = std::chrono::duration_cast<SteadyClock::duration>(
-        std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
+    const SteadyClock::duration cycle_time = cycles_->cycle_time();
     if (idle_wait < cycle_time) idle_wait = cycle_time;
     const SteadyClock::duration wait = in_flight_.load() ? backoff : idle_wait;
     if (wait > SteadyClock::duration::zero()) {
       // Stay awake (yielding) briefly after progress: ops come in bursts, and waking a
       // sleeping thread costs more than a small collective.
-      while (intake_.queued() == 0 &&
+      while (intake_->queued() == 0 &&
              SteadyClock::now() - last_progress < kHotSpin) {
         sched_yield();
       }
     }
-    const bool stopping = intake_.WaitForWork(wait);
-    // Eager callers that drive cycles (EnqueueAndDrive) keep the cycles going: with nothing
+    const bool stopping = intake_->WaitForWork(wait);
+    // Eager callers that drive cycles (Drive) keep the cycles going: with nothing
     // left to do, the next idle cycle is due a cycle time after their last one. Checked
     // without the lock, so that this thread's timer never holds a caller up.
     const auto since_last = SteadyClock::now().time_since_epoch() -
                             std::chrono::nanoseconds(last_cycle_ns_.load());
-    if (!stopping && !in_flight_.load() && intake_.queued() == 0 &&
+    if (!stopping && !in_flight_.load() && intake_->queued() == 0 &&
         since_last < cycle_time) {
       idle_wait = std::min(idle_wait * 2, cycle_time * kMaxIdleWaits);
       continue;
@@ -91,7 +100,7 @@ void Coordinator::Loop() {
     WaitForBurstToEnd(cycle_time);
     bool progress = false;
     {
-      std::lock_guard<std::mutex> cycle(cycle_mutex_);
+      std::lock_guard<std::mutex> cycle(mutex_);
       if (!CycleOnce(&progress)) return;
     }
     if (progress) {
@@ -105,8 +114,8 @@ void Coordinator::Loop() {
   }
 }
 
-void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
-  uint64_t seen = intake_.graph_ops();
+void CycleDriver::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
+  uint64_t seen = intake_->graph_ops();
   if (options_.batch_gap_us <= 0 || seen == graph_ops_seen_) return;
   // Once as many ops have come as in the largest recent burst, this burst (a step's
   // gradients, as last time) is complete: waiting out the gap would only delay it. On a
@@ -119,7 +128,7 @@ void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
   const auto deadline = SteadyClock::now() + std::max(cycle_time, gap);
   while (!complete() && SteadyClock::now() < deadline) {
     std::this_thread::sleep_for(gap);  // sleeps, so the executor thread can run (shared core)
-    const uint64_t now_seen = intake_.graph_ops();
+    const uint64_t now_seen = intake_->graph_ops();
     if (now_seen == seen) break;
     seen = now_seen;
   }
@@ -127,33 +136,33 @@ void Coordinator::WaitForBurstToEnd(SteadyClock::duration cycle_time) {
   graph_ops_seen_ = seen;
 }
 
-bool Coordinator::CycleOnce(bool* progress) {
+bool CycleDriver::CycleOnce(bool* progress) {
   if (cycles_ended_) return false;
   bool stop = false;
   t_in_cycle = true;
-  const Status s = RunCycle(progress, &stop);
+  const Status s = cycles_->RunCycle(progress, &stop);
   t_in_cycle = false;
-  in_flight_.store(!pending_.empty());
+  in_flight_.store(cycles_->AnyPending());
   last_cycle_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            SteadyClock::now().time_since_epoch()).count());
   if (!s.ok()) {
     TFRING_LOG(kError) << s.message();
-    intake_.MarkPeerLost();
-    FailEverything(s);
+    intake_->MarkPeerLost();
+    cycles_->FailEverything(s);
   }
   if (s.ok() && !stop) return true;
   cycles_ended_ = true;
-  intake_.Wake();  // the background thread sees it and ends
+  intake_->Wake();  // the background thread sees it and ends
   return false;
 }
 
-void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
+void CycleDriver::Drive(std::vector<Entry> entries) {
   // The lock comes first, so that the background thread never finds these entries queued
   // with the lock free, and runs the cycle itself. It holds the lock for a moment when it
   // wakes on its timer, and for a cycle when it runs one (which the peers join soon): worth
   // a short wait rather than handing the op over. Not from inside a cycle (a `done`
   // callback): the next cycle takes the op.
-  std::unique_lock<std::mutex> cycle(cycle_mutex_, std::defer_lock);
+  std::unique_lock<std::mutex> cycle(mutex_, std::defer_lock);
   const auto give_up = SteadyClock::now() + kLockWait;
   while (!t_in_cycle && !cycle.try_lock() && SteadyClock::now() < give_up) sched_yield();
   // The op's entries not done yet: they complete only in cycles, which this thread runs
@@ -162,9 +171,9 @@ void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
   if (cycle.owns_lock()) {
     for (Entry& e : entries) e.drive_count = &remaining;
   }
-  if (!intake_.Put(&entries)) return;
+  if (!intake_->Put(&entries)) return;
   if (!cycle.owns_lock()) {
-    intake_.Wake();  // the thread running cycles takes them
+    intake_->Wake();  // the thread running cycles takes them
     return;
   }
   // At least one cycle, which takes this op's entries out of the intake (before the
@@ -177,13 +186,11 @@ void Coordinator::EnqueueAndDrive(std::vector<Entry> entries) {
   } while (remaining.load(std::memory_order_acquire) > 0 && SteadyClock::now() < deadline);
   const bool unfinished = remaining.load(std::memory_order_acquire) > 0;
   if (unfinished) {  // the background thread finishes them, when `remaining` is gone
-    pending_.ForEachEntry([&remaining](Entry& e) {
-      if (e.drive_count == &remaining) e.drive_count = nullptr;
-    });
+    cycles_->ForgetDriveCount(&remaining);
   }
-  const bool leftover = unfinished || !pending_.empty();
+  const bool leftover = unfinished || cycles_->AnyPending();
   cycle.unlock();
-  if (leftover) intake_.HandOver();  // the background thread carries on, at once
+  if (leftover) intake_->HandOver();  // the background thread carries on, at once
 }
 
 }  // namespace tfring
