@@ -101,6 +101,38 @@ def peer_timeout():
         os._exit(4)
 
 
+def reinit_after_killed_rank():
+    """3 ranks under ULFM: rank 2 dies; the others see their op fail, shrink MPI_COMM_WORLD
+    to the ranks still alive, and start tfring again on that communicator."""
+    from mpi4py import MPI
+
+    me = tfring.rank()
+    tfring.allreduce(tf.constant([1.0]), name="warmup")
+    if me == 2:
+        say(f"killing myself at {time.time():.3f}")
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        tfring.allreduce(tf.constant([1.0]), name="never_completes")
+        say("no error")
+    except tf.errors.OpError as e:
+        say(f"caught {type(e).__name__}")
+    tfring.shutdown()
+    try:
+        tfring.init()  # MPI_COMM_WORLD still holds the dead rank
+        print(f"rank {me}: init() again on every rank succeeded", flush=True)
+    except RuntimeError as e:
+        print(f"rank {me}: refused: {e}", flush=True)
+    world = MPI.COMM_WORLD
+    world.Revoke()
+    alive = world.Shrink()
+    start = time.time()
+    tfring.init(comm=alive)
+    total = tfring.allreduce(tf.constant([float(me + 1)]), op=tfring.Sum, name="after").numpy()[0]
+    print(f"rank {me}: re-formed as rank {tfring.rank()} of {tfring.size()} in "
+          f"{time.time() - start:.2f} s: sum {total}", flush=True)
+    tfring.shutdown()
+
+
 if __name__ == "__main__":
     tfring.init()
     globals()[sys.argv[1]]()

@@ -13,11 +13,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 
-def run_scenario(name, env=None, timeout=90, mpirun_options=()):
+def run_scenario(name, env=None, timeout=90, mpirun_options=(), ranks=2):
     full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                     TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     start = time.time()
-    proc = subprocess.run([MPIRUN, *mpirun_options, "-np", "2", sys.executable,
+    proc = subprocess.run([MPIRUN, *mpirun_options, "--oversubscribe", "-np", str(ranks),
+                           sys.executable,
                            os.path.join(HERE, "scenarios.py"), name],
                           capture_output=True, text=True, timeout=timeout, env=full_env)
     return proc.returncode, proc.stdout + proc.stderr, time.time() - start
@@ -59,6 +60,22 @@ def test_killed_rank_is_named_in_the_survivors_error_under_ulfm(scenario):
     assert float(caught.group(1)) < 10, out
     assert "rank 0 lost its peer rank 1" in caught.group(2), out
     assert "MPI_ERR_PROC_FAILED" in caught.group(2) and "'never_completes'" in caught.group(2)
+
+
+def test_survivors_start_tfring_again_on_the_ranks_left_under_ulfm():
+    # The runtime can be made again in the same process after a peer died (elastic
+    # training's first need): not on MPI_COMM_WORLD, which still holds the dead rank (a clear
+    # refusal), but on the communicator ULFM's shrink makes of the ranks left.
+    _, out, _ = run_scenario("reinit_after_killed_rank", ranks=3,
+                             mpirun_options=("--with-ft", "ulfm"))
+    assert re.search(r"rank 2: killing myself", out), out
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}: caught (UnavailableError|AbortedError)", out), out
+        refused = re.search(rf"rank {rank}: refused: (.*)", out)
+        assert refused and "init(comm=...)" in refused.group(1), out
+        # The ranks left, renumbered: 0 and 1 of 2, summing their own values 1 and 2.
+        assert re.search(rf"rank {rank}: re-formed as rank {rank} of 2 in [0-9.]+ s: sum 3.0",
+                         out), out
 
 
 def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():

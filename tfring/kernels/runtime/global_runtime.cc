@@ -157,8 +157,15 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
     new std::shared_ptr<Coordinator>(std::move(coordinator_));  // see Shutdown: not freed
   }
   if (peers_lost_) {
-    return Status::FailedPrecondition(
-        "tfring cannot be initialized again: a peer rank was lost earlier in this job");
+    // MPI_COMM_WORLD still holds the dead ranks; a communicator the application made of the
+    // live ones (ULFM's revoke and shrink) is a world to start again on.
+    if (world.kind != WorldChoice::Kind::kCommunicator) {
+      return Status::FailedPrecondition(
+          "tfring cannot be initialized again on the ranks it was started on: a peer rank was "
+          "lost earlier in this job. Pass init(comm=...) a communicator of the ranks still "
+          "alive (under mpirun --with-ft ulfm: comm.Revoke(), then comm.Shrink())");
+    }
+    mpi_->AbandonWorld();  // it holds a dead rank: freeing it could block
   }
   Options options;
   TFRING_RETURN_IF_ERROR(Options::FromEnvironment(&options));

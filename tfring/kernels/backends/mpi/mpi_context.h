@@ -31,6 +31,9 @@ class MpiContext {
   void Finalize();
   // tfring's world: MPI_COMM_WORLD, or the communicator Initialize made for the choice.
   MPI_Comm world() const { return world_; }
+  // Forgets the world without freeing it (a peer in it died), so the next Initialize
+  // makes a new one instead of freeing this.
+  void AbandonWorld() { world_ = MPI_COMM_WORLD; }
   bool threads_supported() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
   // A fresh duplicate of tfring's world with errors returned, not fatal.
   Status DupWorld(MPI_Comm* comm) const;
