@@ -44,6 +44,7 @@ from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
 from tfring._init import init  # noqa: E402
+from tfring import elastic  # noqa: E402,F401  (Horovod's hvd.elastic)
 from tfring.process_sets import (  # noqa: E402
     ProcessSet, add_process_set, global_process_set, process_set_included_op,
     remove_process_set, size_op)

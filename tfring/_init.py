@@ -5,6 +5,15 @@ rank and size, so the runtime cannot be the one to register them."""
 from tfring import runtime
 from tfring.process_sets import add_process_set, is_registered
 
+# What the running job was started on (init's `comm`): elastic training (tfring/elastic.py)
+# shrinks it to the ranks left after a worker is lost.
+_job_comm = None
+
+
+def job_communicator():
+    """The `comm` tfring was last initialized with (None: MPI_COMM_WORLD)."""
+    return _job_comm
+
 
 def init(comm=None, process_sets=None):
     """Starts tfring in this process: MPI (unless already initialized) and the background thread.
@@ -28,7 +37,9 @@ def init(comm=None, process_sets=None):
             list) or a malformed setting.
         RuntimeError: MPI could not be initialized.
     """
+    global _job_comm
     runtime.start(comm)
+    _job_comm = comm
     if process_sets and process_sets != "dynamic":
         for ps in process_sets:
             # Registrations outlive shutdown(): a script that calls init again with the same

@@ -78,6 +78,22 @@ def test_survivors_start_tfring_again_on_the_ranks_left_under_ulfm():
                          out), out
 
 
+def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
+    # Horovod's elastic pattern (tfring.elastic): a worker killed mid-training; the others
+    # roll back to their last commit, re-form, and finish with weights that match numpy's
+    # run of the same schedule (3 workers for batches 0-7, then 2) and each other.
+    _, out, _ = run_scenario("elastic_custom_loop", ranks=3, timeout=150,
+                             mpirun_options=("--with-ft", "ulfm"))
+    assert re.search(r"rank 2: killing myself", out), out
+    weights = []
+    for rank in (0, 1):
+        done = re.search(rf"rank {rank}: finished at batch 20 as rank {rank} of 2, resets saw "
+                         rf"sizes \[2\], matches numpy: True, weights (.*)", out)
+        assert done, out
+        weights.append(done.group(1))
+    assert weights[0] == weights[1], out
+
+
 def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():
     rc, out, elapsed = run_scenario("never_submits", env={
         "TFRING_STALL_CHECK_TIME_SECONDS": "1", "TFRING_STALL_SHUTDOWN_TIME_SECONDS": "3"})

