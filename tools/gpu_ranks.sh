@@ -10,7 +10,8 @@
 # TFRING_TEST_SHARE_GPU=1 tells the tests to put rank i on GPU i % count (tests/cpp/gpu_ranks.h).
 # TFRING_TEST_RANKS_PER_HOST=k, if set, makes "hosts" of k ranks (hierarchical NCCL on one
 # GPU: TFRING_TEST_RANKS_PER_HOST=2 tools/gpu_ranks.sh 4 ...).
-# MPIRUN picks the mpirun (default: the one on PATH); Open MPI's -x exports the settings.
+# MPIRUN picks the mpirun and its flags (default: the one on PATH); Open MPI's -x exports
+# the settings.
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 N BINARY [ARGS...]" >&2
@@ -20,7 +21,9 @@ ranks=$1
 shift
 hosts=()
 if [ -n "${TFRING_TEST_RANKS_PER_HOST:-}" ]; then hosts=(-x TFRING_TEST_RANKS_PER_HOST); fi
-exec "${MPIRUN:-mpirun}" --oversubscribe -np "$ranks" \
+# MPIRUN is split into words on purpose: MPIRUN="mpirun --with-ft ulfm" adds its flags.
+# shellcheck disable=SC2086
+exec ${MPIRUN:-mpirun} --oversubscribe -np "$ranks" \
   -x TFRING_TEST_SHARE_GPU=1 -x NCCL_NET=Socket -x NCCL_SOCKET_IFNAME=lo \
   -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x NCCL_NVLS_ENABLE=0 \
   "${hosts[@]}" \

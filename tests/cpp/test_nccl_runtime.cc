@@ -19,18 +19,13 @@
 
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/gpu_ranks.h"
+#include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/cuda/producer_stream.h"
-#include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
-#include "tfring/kernels/backends/mpi/mpi_control_plane.h"
-#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
-#include "tfring/kernels/backends/nccl/nccl_executor.h"
 #include "tfring/kernels/common/logging.h"
-#include "tfring/kernels/core/host_executor.h"
-#include "tfring/kernels/core/staging_executor.h"
 
 namespace tfring {
 namespace testing {
@@ -43,57 +38,10 @@ int g_device = -1;
 cudaStream_t g_producer = nullptr;
 std::string g_skip;
 
-void Die(const Status& s) {
-  std::fprintf(stderr, "test_nccl_runtime: setup failed: %s\n", s.ToString().c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
+void Die(const Status& s) { DieInSetup("test_nccl_runtime", s); }
 
-std::unique_ptr<MpiBackend> MpiBackendOver(Status (MpiContext::*make)(MPI_Comm*) const) {
-  MPI_Comm comm;
-  Status s = (g_mpi.*make)(&comm);
-  if (!s.ok()) Die(s);
-  auto b = std::make_unique<MpiBackend>(comm);
-  if (!(s = b->Init()).ok()) Die(s);
-  return b;
-}
-
-// A coordinator as runtime/global_runtime.cc builds it, with the NCCL executor.
 std::unique_ptr<Coordinator> NewCoordinator(Options options) {
-  options.stall_check_time_seconds = 0;
-  MPI_Comm control;
-  Status s = g_mpi.DupWorld(&control);
-  if (!s.ok()) Die(s);
-  std::unique_ptr<MpiFailureNotice> notice;
-  if (!(s = MpiFailureNotice::Create(g_mpi.world(), &notice)).ok()) Die(s);
-  auto executor = std::make_unique<NcclExecutor>(
-      options, g_layout, MpiBackendOver(&MpiContext::DupWorld), MpiBackendOver(&MpiContext::SplitLocal),
-      MpiBackendOver(&MpiContext::SplitCross), std::move(notice));
-  auto c = std::make_unique<Coordinator>(
-      options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
-      MpiBackendOver(&MpiContext::DupWorld), std::move(executor));
-  c->Start();
-  return c;
-}
-
-// A coordinator as the runtime builds it for TFRING_GPU_OPERATIONS=mpi: GPU tensors staged
-// through host memory (CudaMemory: its own stream, waiting on the producers' events) and
-// reduced over MPI.
-std::unique_ptr<Coordinator> NewStagingCoordinator(Options options) {
-  options.stall_check_time_seconds = 0;
-  options.gpu_operations_through_mpi = true;
-  MPI_Comm control;
-  Status s = g_mpi.DupWorld(&control);
-  if (!s.ok()) Die(s);
-  auto executor = std::make_unique<StagingExecutor>(
-      std::make_unique<CudaMemory>(),
-      std::make_unique<HostExecutor>(MpiBackendOver(&MpiContext::DupWorld), g_layout.rank,
-                                     g_layout.size),
-      g_layout.rank, g_layout.size);
-  auto c = std::make_unique<Coordinator>(
-      options, std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds),
-      MpiBackendOver(&MpiContext::DupWorld), std::move(executor));
-  c->Start();
-  return c;
+  return NewNcclCoordinator(g_mpi, g_layout, options);
 }
 
 std::unique_ptr<Coordinator> g_flat, g_hierarchical, g_staging;
@@ -129,7 +77,7 @@ class NcclEnvironment : public Environment {
     Options hierarchical = flat;
     hierarchical.hierarchical_allreduce = true;
     g_hierarchical = NewCoordinator(hierarchical);
-    g_staging = NewStagingCoordinator(flat);
+    g_staging = NewStagingCoordinator(g_mpi, g_layout, flat);
   }
 
   void TearDown() override {

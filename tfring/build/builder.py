@@ -407,14 +407,16 @@ def build_native_benches(mpicxx, by_source, runtime_objs, bench_files, gpu_link)
 
 
 def build_native_tests(mpicxx, by_source, runtime_objs, test_files, link_flags, tests_dir):
-    """tests/cpp/test_*.cc: each a binary over the runtime (no TensorFlow).
+    """tests/cpp/test_*.cc and scenario_*.cc: each a binary over the runtime (no TensorFlow).
 
     Every other .cc there (and the harness, test_harness.cc, which holds main()) is support
     code linked into each binary, with the in-process backend.
     """
     def is_test(path):
+        # scenario_*.cc: binaries that a failure test launches under conditions of its own
+        # (a rank killed, say), never run by the suite on their own.
         f = os.path.basename(path)
-        return f.startswith("test_") and f != "test_harness.cc"
+        return f.startswith(("test_", "scenario_")) and f != "test_harness.cc"
     # Everything but the global runtime and its C API: tests compose their own coordinators,
     # except the tests of the global runtime itself (test_*global_runtime*).
     core = [o for o in runtime_objs if "/runtime/" not in o]

@@ -24,8 +24,9 @@ class FailureNotice {
   virtual ~FailureNotice() = default;
   // Tells every other rank that this rank failed with `failure` (non-blocking; once).
   virtual void Announce(const Status& failure) = 0;
-  // Whether another rank has announced a failure; if so, *failure is its reason (with its
-  // status code) and *from its rank. Cheap: polled while waiting on the device.
+  // Whether another rank has announced a failure, or died (where the transport can tell);
+  // if so, *failure is the reason to fail with (the announcing rank's status code, and words
+  // naming that rank) and *from that rank. Cheap: polled while waiting on the device.
   virtual bool Heard(Status* failure, int* from) = 0;
 };
 

@@ -52,7 +52,7 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
             "rank " + std::to_string(rank_) + " lost its peer " +
             (failed.size() == 1 ? "rank " + std::to_string(failed[0])
                                 : "ranks " + RankListString(failed)) +
-            " in " + what + ": MPI reports that process failed (MPI_ERR_PROC_FAILED). tfring "
+            " in " + what + ": MPI reports that process failed. tfring "
             "has stopped; this job cannot continue.");
       }
       return MpiStatus(rc, what, __FILE__, __LINE__);

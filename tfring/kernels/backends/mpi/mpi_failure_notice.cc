@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "tfring/kernels/backends/mpi/mpi_check.h"
+#include "tfring/kernels/backends/mpi/mpi_failures.h"
 #include "tfring/kernels/common/logging.h"
 
 namespace tfring {
@@ -93,7 +94,8 @@ bool MpiFailureNotice::Heard(Status* failure, int* from) {
   if (!heard_ && receive_ != MPI_REQUEST_NULL) {
     int arrived = 0;
     MPI_Status status;
-    if (MPI_Test(&receive_, &arrived, &status) == MPI_SUCCESS && arrived) {
+    const int rc = MPI_Test(&receive_, &arrived, &status);
+    if (rc == MPI_SUCCESS && arrived) {
       receive_ = MPI_REQUEST_NULL;
       int bytes = 0;
       MPI_Get_count(&status, MPI_CHAR, &bytes);
@@ -102,8 +104,25 @@ bool MpiFailureNotice::Heard(Status* failure, int* from) {
       const int code = bytes > 0 ? static_cast<unsigned char>(inbox_[0]) : 0;
       const bool known = code > static_cast<int>(StatusCode::kOk) &&
                          code <= static_cast<int>(StatusCode::kInternal);
-      heard_failure_ = Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
-                              std::string(inbox_.data() + 1, bytes > 1 ? bytes - 1 : 0));
+      heard_failure_ = Status(
+          known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+          "a GPU collective failed on rank " + std::to_string(heard_from_) +
+              ", which told this rank why: " +
+              std::string(inbox_.data() + 1, bytes > 1 ? bytes - 1 : 0));
+    } else if (rc != MPI_SUCCESS) {
+      // Under ULFM (mpirun --with-ft ulfm) the receive from any source reports a peer's
+      // death: that peer will never finish its part of a device collective either, so this
+      // rank need not wait out the peer timeout to say which rank is gone.
+      const std::vector<int> dead = FailedPeers(comm_, rc);
+      if (!dead.empty()) {
+        heard_ = true;
+        heard_from_ = dead[0];
+        std::string ranks;
+        for (int r : dead) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        heard_failure_ = Status::Unavailable(
+            "rank" + std::string(dead.size() > 1 ? "s " : " ") + ranks +
+            " died (MPI reports the process failed), so no GPU collective can finish");
+      }
     }
   }
   if (heard_) {

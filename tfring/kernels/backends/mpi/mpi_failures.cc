@@ -9,11 +9,9 @@ namespace tfring {
 std::vector<int> FailedPeers(MPI_Comm comm, int rc) {
   std::vector<int> failed;
 #if defined(MPIX_ERR_PROC_FAILED)
-  int error_class = MPI_SUCCESS;
-  if (MPI_Error_class(rc, &error_class) != MPI_SUCCESS ||
-      error_class != MPIX_ERR_PROC_FAILED) {
-    return failed;
-  }
+  // Whatever the error's class: a nonblocking collective whose peer died may report only
+  // MPI_ERR_OTHER (Open MPI 5's NBC schedules do), while MPI knows which process failed.
+  if (rc == MPI_SUCCESS) return failed;
   MPI_Group failed_group = MPI_GROUP_NULL, comm_group = MPI_GROUP_NULL;
   if (MPIX_Comm_get_failed(comm, &failed_group) != MPI_SUCCESS) return failed;
   int n = 0;

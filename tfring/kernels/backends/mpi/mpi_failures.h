@@ -10,8 +10,8 @@
 
 namespace tfring {
 
-// The ranks of `comm` that MPI knows have failed, if `rc` (an MPI error code from a call on
-// `comm`) says a process failed; empty otherwise, and wherever the MPI has no ULFM.
+// The ranks of `comm` that MPI knows have failed, when `rc` (an MPI error code from a call on
+// `comm`) is an error; empty where none has, and wherever the MPI has no ULFM.
 std::vector<int> FailedPeers(MPI_Comm comm, int rc);
 
 }  // namespace tfring

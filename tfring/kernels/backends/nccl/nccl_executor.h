@@ -92,12 +92,14 @@ class NcclExecutor : public GroupExecutor {
   Status Launched(ncclResult_t rc, const char* call, const std::vector<const Comm*>& comms);
   Status WaitInputs(const std::vector<Entry*>& group);
   Status WaitForProducerStream(const Entry& e);
-  // Waits until everything queued on the executor's stream has finished.
+  // Waits until everything queued on the executor's stream has finished. A failure's
+  // words name `what` (the op and its tensors), whichever rank's reason they carry.
   Status Complete(const std::string& what);
+  Status WaitForStream(const std::string& what);
   // Breaks the executor for good: announces `status` to the peers (unless a peer's
   // announcement came first, whose reason then wins), aborts the communicators.
   Status Fail(const Status& status);
-  // Whether a peer announced a failure: *reason says which rank and why. Polls for up to
+  // Whether a peer announced a failure, or died: *reason says which rank and why. Polls for up to
   // `grace` for one to arrive.
   bool HeardFromPeer(std::chrono::milliseconds grace, Status* reason);
   // The hierarchical allreduce's step across hosts, among the hosts' first ranks. Each

@@ -29,7 +29,9 @@ constexpr auto kDrainAfterAbort = std::chrono::seconds(5);
 // How long a rank whose own collective failed listens for a peer's announcement before it
 // announces its own: when the first failure was elsewhere, NCCL's error here (a closed
 // connection, an aborted peer) is only its echo, and the peer's reason is the one to report.
-constexpr auto kListenBeforeAnnouncing = std::chrono::milliseconds(50);
+// MPI's word that a peer died (ULFM) takes tens of milliseconds to arrive; NCCL's closed
+// socket is quicker.
+constexpr auto kListenBeforeAnnouncing = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -68,8 +70,7 @@ bool NcclExecutor::HeardFromPeer(std::chrono::milliseconds grace, Status* reason
     if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(kPollSleep);
   }
-  *reason = Status(failure.code(), "a GPU collective failed on rank " + std::to_string(from) +
-                                       ", which told this rank why: " + failure.message());
+  *reason = failure;  // names the rank (FailureNotice::Heard)
   return true;
 }
 
@@ -228,6 +229,13 @@ Status NcclExecutor::WaitForProducerStream(const Entry& e) {
 }
 
 Status NcclExecutor::Complete(const std::string& what) {
+  const Status s = WaitForStream(what);
+  // A peer's reason (its announcement, its death) does not say which op this rank was in.
+  if (s.ok() || s.message().find(what) != std::string::npos) return s;
+  return Status(s.code(), what + " failed: " + s.message());
+}
+
+Status NcclExecutor::WaitForStream(const std::string& what) {
   TFRING_CUDA_CHECK(cudaEventRecord(done_event_, stream_));
   const auto start = Clock::now();
   const auto timeout = std::chrono::duration<double>(options_.peer_timeout_seconds);

@@ -1,0 +1,79 @@
+#include "tests/cpp/nccl_job.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/mpi/mpi_backend.h"
+#include "tfring/kernels/backends/mpi/mpi_control_plane.h"
+#include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
+#include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/core/host_executor.h"
+#include "tfring/kernels/core/staging_executor.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+using MakeComm = Status (MpiContext::*)(MPI_Comm*) const;
+
+std::unique_ptr<MpiBackend> MpiBackendOver(const MpiContext& mpi, MakeComm make) {
+  MPI_Comm comm;
+  Status s = (mpi.*make)(&comm);
+  if (!s.ok()) DieInSetup("an MPI communicator", s);
+  auto b = std::make_unique<MpiBackend>(comm);
+  if (!(s = b->Init()).ok()) DieInSetup("an MPI backend", s);
+  return b;
+}
+
+std::unique_ptr<MpiControlPlane> ControlPlane(const MpiContext& mpi, const Options& options) {
+  MPI_Comm control;
+  const Status s = mpi.DupWorld(&control);
+  if (!s.ok()) DieInSetup("the control plane's communicator", s);
+  return std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds);
+}
+
+}  // namespace
+
+void DieInSetup(const char* who, const Status& s) {
+  std::fprintf(stderr, "setting up %s failed: %s\n", who, s.ToString().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler cannot know
+}
+
+std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const ProcessLayout& layout,
+                                                Options options) {
+  options.stall_check_time_seconds = 0;
+  std::unique_ptr<MpiFailureNotice> notice;
+  const Status s = MpiFailureNotice::Create(mpi.world(), &notice);
+  if (!s.ok()) DieInSetup("the failure notice", s);
+  auto executor = std::make_unique<NcclExecutor>(
+      options, layout, MpiBackendOver(mpi, &MpiContext::DupWorld),
+      MpiBackendOver(mpi, &MpiContext::SplitLocal), MpiBackendOver(mpi, &MpiContext::SplitCross),
+      std::move(notice));
+  auto c = std::make_unique<Coordinator>(options, ControlPlane(mpi, options),
+                                         MpiBackendOver(mpi, &MpiContext::DupWorld),
+                                         std::move(executor));
+  c->Start();
+  return c;
+}
+
+std::unique_ptr<Coordinator> NewStagingCoordinator(const MpiContext& mpi,
+                                                   const ProcessLayout& layout, Options options) {
+  options.stall_check_time_seconds = 0;
+  options.gpu_operations_through_mpi = true;
+  auto executor = std::make_unique<StagingExecutor>(
+      std::make_unique<CudaMemory>(),
+      std::make_unique<HostExecutor>(MpiBackendOver(mpi, &MpiContext::DupWorld), layout.rank,
+                                     layout.size),
+      layout.rank, layout.size);
+  auto c = std::make_unique<Coordinator>(options, ControlPlane(mpi, options),
+                                         MpiBackendOver(mpi, &MpiContext::DupWorld),
+                                         std::move(executor));
+  c->Start();
+  return c;
+}
+
+}  // namespace testing
+}  // namespace tfring

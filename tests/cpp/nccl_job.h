@@ -1,0 +1,28 @@
+// Coordinators as runtime/global_runtime.cc builds them for GPU tensors, over MPI_COMM_WORLD,
+// for the native GPU tests and scenarios (no TensorFlow): one with the NCCL executor, one
+// staging GPU tensors through host memory (TFRING_GPU_OPERATIONS=mpi).
+#pragma once
+
+#include <memory>
+
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/core/coordinator.h"
+
+namespace tfring {
+namespace testing {
+
+// Prints why setup failed and aborts the whole job: nothing can be tested past it.
+[[noreturn]] void DieInSetup(const char* who, const Status& s);
+
+// NCCL executor (world, local and cross communicators, a failure notice), MPI control plane.
+std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const ProcessLayout& layout,
+                                                Options options);
+
+// GPU tensors staged through host memory (CudaMemory: its own stream, waiting on the
+// producers' events) and reduced over MPI.
+std::unique_ptr<Coordinator> NewStagingCoordinator(const MpiContext& mpi,
+                                                   const ProcessLayout& layout, Options options);
+
+}  // namespace testing
+}  // namespace tfring

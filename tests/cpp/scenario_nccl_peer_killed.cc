@@ -1,0 +1,151 @@
+// A rank killed outright (SIGKILL) in the middle of a NCCL allreduce: its peers wait inside
+// NCCL for a part that will never come. Each survivor must fail that op within seconds,
+// naming the tensor and the dead rank, then fail later GPU ops at once, and not hang in its
+// host collectives either; then it exits.
+//
+//   mpirun --with-ft ulfm -np 3 build/tests/scenario_nccl_peer_killed      # a GPU per rank
+//   MPIRUN="mpirun --with-ft ulfm" tools/gpu_ranks.sh 3 build/tests/scenario_nccl_peer_killed
+//
+// Without ULFM, mpirun ends the whole job when a rank is killed (and says which); under it,
+// the survivors live on and report. tools/gpu_checks.sh runs both; the suite does not (its
+// last rank dies).
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tests/cpp/collective_util.h"
+#include "tests/cpp/gpu_ranks.h"
+#include "tests/cpp/nccl_job.h"
+#include "tests/cpp/test_harness.h"
+#include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/common/logging.h"
+
+namespace tfring {
+namespace testing {
+namespace {
+
+MpiContext g_mpi;
+ProcessLayout g_layout;
+int g_device = -1;
+std::string g_skip;
+
+// Each survivor judges alone: an agreement across ranks would need the dead one.
+class SurvivorsEnvironment : public Environment {
+ public:
+  void SetUp() override {
+    Status s = g_mpi.Initialize(WorldChoice(), &g_layout);
+    if (!s.ok()) DieInSetup("MPI", s);
+    SetLogRank(g_layout.rank);
+    std::string skip = CudaUnavailableReason();
+    if (skip.empty()) g_device = TestDevice(g_layout.local_rank, g_layout.local_size, &skip);
+    int mine = skip.empty() ? 0 : 1, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, g_mpi.world());
+    if (any) {
+      g_skip = skip.empty() ? "another rank has no usable GPU" : skip;
+      return;
+    }
+    if (cudaSetDevice(g_device) != cudaSuccess) {
+      DieInSetup("the GPU", Status::Internal("cannot use GPU " + std::to_string(g_device)));
+    }
+  }
+  void TearDown() override { g_mpi.Finalize(); }
+  std::string SkipReason() const override { return g_skip; }
+  bool verbose() const override { return g_layout.rank == 0; }
+};
+TFRING_TEST_ENVIRONMENT(SurvivorsEnvironment);
+
+void* DeviceBuffer(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess) {
+    DieInSetup("device memory", Status::Internal("cudaMalloc of " + std::to_string(bytes)));
+  }
+  return p;
+}
+
+// An allreduce of `count` floats on device buffers; the future holds its status.
+std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& name, int64_t count,
+                                          void* in, void* out) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> status = done->get_future();
+  Entry e;
+  e.request.name = name;
+  e.request.dtype = DataType::kFloat32;
+  e.request.shape = {count};
+  e.request.on_device = true;
+  e.device = g_device;
+  e.input = in;
+  e.output = out;
+  e.done = [done](const Status& s) { done->set_value(s); };
+  c->Enqueue(std::move(e));
+  return status;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
+  ASSERT_TRUE(g_layout.size >= 2) << "run it with 2 ranks or more";
+  Options options;
+  options.peer_timeout_seconds = 30;  // longer than the checks below: the notice must act
+  std::unique_ptr<Coordinator> c = NewNcclCoordinator(g_mpi, g_layout, options);
+  // 1 GiB: through sockets it takes over half a second, so the kill lands mid-op.
+  const int64_t count = int64_t{256} << 20;
+  void* in = DeviceBuffer(count * 4);
+  void* out = DeviceBuffer(count * 4);
+  ASSERT_TRUE(SubmitDeviceAllreduce(c.get(), "warmup", 1024, in, out).get().ok());
+  const int victim = g_layout.size - 1;
+  const auto start = std::chrono::steady_clock::now();
+  std::future<Status> big = SubmitDeviceAllreduce(c.get(), "big", count, in, out);
+  if (g_layout.rank == victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its kernels are running
+    raise(SIGKILL);
+  }
+  ASSERT_TRUE(big.wait_for(std::chrono::seconds(60)) == std::future_status::ready)
+      << "rank " << g_layout.rank << ": the op neither finished nor failed in 60 s";
+  const double seconds = SecondsSince(start);
+  const Status s = big.get();
+  std::printf("rank %d: 'big' ended after %.3f s: %s\n", g_layout.rank, seconds,
+              s.ToString().c_str());
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_CONTAINS(s.message(), "'big'");
+  // MPI's word that the rank died (ULFM) names it. NCCL's own (its socket closed) may come
+  // first, and a survivor may hear another survivor's announcement of it: the words differ.
+  const std::string died = "rank " + std::to_string(victim) + " died";
+  const bool why = s.message().find(died) != std::string::npos ||
+                   s.message().find("remote process exited") != std::string::npos;
+  EXPECT_TRUE(why) << "neither '" << died << "' nor NCCL's remote error in: " << s.message();
+  // Later GPU ops fail at once.
+  const auto later_start = std::chrono::steady_clock::now();
+  const Status later = SubmitDeviceAllreduce(c.get(), "later", 1024, in, out).get();
+  std::printf("rank %d: 'later' ended after %.3f s: %s\n", g_layout.rank,
+              SecondsSince(later_start), later.ToString().c_str());
+  EXPECT_FALSE(later.ok());
+  // The control plane has lost the rank too by now: later ops fail at once, naming it.
+  EXPECT_CONTAINS(later.message(), "rank " + std::to_string(victim));
+  // A host collective needs the dead rank too: it must fail (naming it), not hang.
+  const auto host_start = std::chrono::steady_clock::now();
+  OpPtr host = SubmitAllreduce(c.get(), "host after", DataType::kFloat32, {6},
+                               TestValues(DataType::kFloat32, g_layout.rank, 6), ReduceOp::kSum);
+  const Status host_status = WaitFor(host);
+  std::printf("rank %d: 'host after' ended after %.3f s: %s\n", g_layout.rank,
+              SecondsSince(host_start), host_status.ToString().c_str());
+  EXPECT_FALSE(host_status.ok());
+  EXPECT_LT(SecondsSince(host_start), 10.0);
+  EXPECT_CONTAINS(host_status.message(), "rank " + std::to_string(victim));
+  c->Shutdown();
+  cudaFree(in);
+  cudaFree(out);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tfring
