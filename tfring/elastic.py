@@ -10,12 +10,13 @@ ranks are renumbered, `size()` shrinks), the reset callbacks run, the state is s
 from the new rank 0, and the function runs again from there.
 
 Not yet (docs/coming-from-horovod.md): new workers joining (host discovery), tfringrun's
-elastic flags (--min-np, --max-np, --host-discovery-script, --reset-limit), the Keras
-callbacks (tfring.keras.elastic), TensorFlowState for TF1 sessions, and process sets other
-than the global one after a reset.
+elastic flags (--min-np, --max-np, --host-discovery-script, --reset-limit), TensorFlowState
+for TF1 sessions, and process sets other than the global one after a reset. The Keras
+callbacks are in tfring.keras.elastic.
 """
 
 import functools
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -145,10 +146,46 @@ class TensorFlowKerasState(ObjectState):
 
 def _lost_a_worker(error):
     """Whether `error` says tfring stopped because a peer was lost (UnavailableError)."""
-    return isinstance(error, (tf.errors.UnavailableError, HorovodInternalError))
+    if isinstance(error, (tf.errors.UnavailableError, HorovodInternalError)):
+        return True
+    # Inside a tf.function (Keras's train step) TensorFlow hands an op's UnavailableError on
+    # as an InternalError, saying so, to keep it from its own network-error handling.
+    return (isinstance(error, tf.errors.InternalError) and
+            "originally returned UnavailableError" in str(error))
 
 
-def _reset():
+class _Limits:
+    """tfringrun's --min-np and --reset-limit, which it passes on in the environment."""
+
+    def __init__(self, environ=os.environ):
+        self.min_np = self._read(environ, "TFRING_ELASTIC_MIN_NP")
+        self.reset_limit = self._read(environ, "TFRING_ELASTIC_RESET_LIMIT")
+
+    @staticmethod
+    def _read(environ, key):
+        value = environ.get(key, "").strip()
+        if not value:
+            return None
+        if not value.isdigit():
+            raise ValueError(f"{key}={value!r}: expected a whole number")
+        return int(value)
+
+    def check_reset_allowed(self, resets_done, error):
+        if self.reset_limit is not None and resets_done >= self.reset_limit:
+            raise RuntimeError(
+                f"tfring.elastic: a worker was lost again after {resets_done} reset(s), and "
+                f"--reset-limit {self.reset_limit} allows no more; the job stops here. The "
+                f"failure: {error}") from error
+
+    def check_enough_workers(self, left):
+        if self.min_np is not None and left < self.min_np:
+            raise RuntimeError(
+                f"tfring.elastic: {left} worker(s) are left and --min-np needs {self.min_np}; "
+                "the job cannot go on (no worker can join yet, so there is nothing to wait "
+                "for)")
+
+
+def _reset(limits):
     """Starts tfring again on the ranks still alive (MPI fault tolerance: revoke, shrink)."""
     from mpi4py import MPI
 
@@ -166,6 +203,7 @@ def _reset():
         raise RuntimeError("a worker was lost and the job cannot be re-formed without MPI's "
                            "fault tolerance: run under `mpirun --with-ft ulfm` (Open MPI 5) "
                            f"({e})") from e
+    limits.check_enough_workers(alive.Get_size())
     _init.init(comm=alive)
 
 
@@ -174,10 +212,13 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        limits = _Limits()
+        resets = 0
         reset_required = False
         while True:
             if reset_required:
-                _reset()
+                _reset(limits)
+                resets += 1
                 state.on_reset()
             try:
                 state.sync()
@@ -187,6 +228,7 @@ def run(func):
             except (tf.errors.OpError, HorovodInternalError) as e:
                 if not _lost_a_worker(e):
                     raise
+                limits.check_reset_allowed(resets, e)
                 state.restore()
             reset_required = True
 

@@ -4,6 +4,7 @@
     tfringrun -np 4 python train.py                  # 4 ranks on this host
     tfringrun -np 4 -H host1:2,host2:2 python train.py
     tfringrun -np 8 --hostfile hosts python train.py # lines "host slots=N" (or "host:N")
+    tfringrun -np 3 --min-np 2 python train.py       # elastic: goes on if one worker is lost
 
 It builds one `mpirun` command line (printed with --verbose) for the `mpirun` beside the
 `mpicxx` tfring builds with, exports tfring's settings and the Python environment to
@@ -150,6 +151,11 @@ def mpi_flavor(mpirun):
     return "openmpi" if "Open MPI" in version or "OpenRTE" in version else "mpich"
 
 
+# horovodrun's flags for workers that join a running job (host discovery): known, refused
+# with a clear message until tfring can add workers.
+NOT_YET_ELASTIC = ("--max-np", "--host-discovery-script", "--elastic-timeout", "--slots")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="tfringrun", description=__doc__.split("\n\n")[0],
@@ -172,6 +178,15 @@ def parse_args(argv):
                         "then across hosts")
     p.add_argument("--no-huge-pages", action="store_true",
                    help="leave malloc's transparent huge pages off (see docs/settings.md)")
+    elastic = p.add_argument_group(
+        "elastic training (tfring.elastic; docs/elastic.md): a fixed set of workers that may "
+        "lose members, under MPI's fault tolerance (Open MPI's --with-ft ulfm)")
+    elastic.add_argument("--min-np", type=int,
+                         help="fewest workers to go on with; below it every worker stops")
+    elastic.add_argument("--reset-limit", type=int,
+                         help="most resets (lost workers) the job goes through")
+    for flag in NOT_YET_ELASTIC:
+        elastic.add_argument(flag, help=argparse.SUPPRESS)
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
     p.add_argument("--mpi-args", default="",
                    help="more options for mpirun itself, as one quoted string")
@@ -186,7 +201,22 @@ def parse_args(argv):
             p.error("give -H or --hostfile, not both")
         if args.hostfile and not os.path.exists(args.hostfile):
             p.error(f"--hostfile {args.hostfile}: no such file")
+        for flag in NOT_YET_ELASTIC:
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                p.error(f"{flag}: workers joining a running job is not supported yet; "
+                        "--min-np and --reset-limit work with a fixed set of workers "
+                        "(docs/elastic.md)")
+        if args.min_np is not None and args.min_np < 1:
+            p.error(f"--min-np must be at least 1. Received: {args.min_np}")
+        if args.min_np is not None and args.np is not None and args.min_np > args.np:
+            p.error(f"--min-np {args.min_np} is more than -np {args.np}")
+        if args.reset_limit is not None and args.reset_limit < 0:
+            p.error(f"--reset-limit must be 0 or more. Received: {args.reset_limit}")
     return args
+
+
+def is_elastic(args):
+    return args.min_np is not None or args.reset_limit is not None
 
 
 def settings_env(args):
@@ -206,6 +236,10 @@ def settings_env(args):
         env["TFRING_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
         env["TFRING_TIMELINE_MARK_CYCLES"] = "1"
+    if args.min_np is not None:
+        env["TFRING_ELASTIC_MIN_NP"] = str(args.min_np)
+    if args.reset_limit is not None:
+        env["TFRING_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
     return env
 
 
@@ -253,6 +287,9 @@ def build_command(args, env, mpirun, flavor, is_root):
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         cmd.append("--oversubscribe")  # more ranks than cores is the user's choice to make
+        if is_elastic(args):
+            # A lost rank's peers live on and are told (ULFM), instead of mpirun ending all.
+            cmd += ["--with-ft", "ulfm"]
         if args.hosts:
             cmd += ["--host", args.hosts]
         if args.hostfile:
@@ -260,6 +297,10 @@ def build_command(args, env, mpirun, flavor, is_root):
         for k in exported:
             cmd += ["-x", k]
     else:
+        if is_elastic(args):
+            raise SystemExit("tfringrun: elastic training (--min-np, --reset-limit) needs Open "
+                             "MPI 5's fault tolerance (--with-ft ulfm); this mpirun is "
+                             f"{flavor}'s")
         if args.hosts:
             cmd += ["-hosts", args.hosts]
         if args.hostfile:

@@ -9,6 +9,8 @@
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/inproc_job.h"
 #include "tests/cpp/test_harness.h"
+#include "tfring/kernels/core/message.h"
+#include "tfring/kernels/core/response_cache.h"
 
 namespace tfring {
 namespace testing {
@@ -29,6 +31,36 @@ void AllreduceEverywhere(InprocJob* job, const std::string& name, int salt) {
                               TestValues(DataType::kFloat32, rank, 4, salt), ReduceOp::kSum);
     ExpectAllreduced(p, ReduceOp::kSum, job->size(), salt);
   });
+}
+
+// A kernel's ticket (slot, generation) outlives the runtime that issued it: shutdown() then
+// init(), or an elastic reset, makes a new cache. Its slots must not repeat an old cache's
+// generations, or an old ticket would find another tensor of the same signature in the
+// slot it names and take that tensor's place.
+TFRING_TEST(CacheEvictionInproc, GenerationsNeverRepeatAcrossCaches) {
+  Request a;
+  a.name = "a";
+  a.dtype = DataType::kFloat32;
+  a.shape = {4};
+  Request c = a;
+  c.name = "c";
+  ResponseCache before(8);
+  before.Put(ResponseTo(a), a);
+  const int slot = before.Find("a");
+  ASSERT_TRUE(slot == 0);
+  const uint32_t ticket_generation = before.generation(slot);
+  ResponseCache after(8);  // the runtime started again
+  after.Put(ResponseTo(c), c);
+  ASSERT_TRUE(after.Find("c") == slot);
+  EXPECT_FALSE(after.Holds(slot, ticket_generation)) << "an old ticket names 'c''s slot";
+  // Within one cache too: erased and taken again, the slot's generation is new each time.
+  const uint32_t first = after.generation(slot);
+  after.Erase(slot);
+  const uint32_t erased = after.generation(slot);
+  after.Put(ResponseTo(a), a);
+  EXPECT_TRUE(after.Find("a") == slot);
+  EXPECT_TRUE(first != erased && erased != after.generation(slot) &&
+              first != after.generation(slot));
 }
 
 TFRING_TEST(CacheEvictionInproc, AFullCacheTakesTheLeastRecentlyUsedSlot) {

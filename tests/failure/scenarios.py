@@ -133,67 +133,6 @@ def reinit_after_killed_rank():
     tfring.shutdown()
 
 
-def elastic_custom_loop():
-    """3 ranks under ULFM, Horovod's elastic pattern (TensorFlowKerasState, @run, commit):
-    rank 2 dies at batch 8; the others roll back to their commit, re-form as 2, and finish.
-    Each survivor checks its weights against numpy's run of the same training."""
-    import numpy as np
-    import keras
-    from tfring import elastic
-
-    me = tfring.rank()
-    true_w = np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32)
-
-    def batch_of(step, worker):
-        x = np.random.default_rng(100 * step + worker).normal(size=(8, 4)).astype(np.float32)
-        return x, x @ true_w
-
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    opt = keras.optimizers.SGD(0.05)
-    opt.build(model.trainable_variables)
-    state = elastic.TensorFlowKerasState(model, opt, batch=0)
-    sizes_at_reset = []
-    state.register_reset_callbacks([lambda: sizes_at_reset.append(tfring.size())])
-    start = []  # the weights every rank starts from: rank 0's, after run's first sync
-
-    @elastic.run
-    def train(state):
-        if state.batch == 0:
-            start[:] = [w.numpy().copy() for w in model.trainable_variables]
-        while state.batch < 20:
-            if state.batch == 8 and me == 2:
-                say(f"killing myself at {time.time():.3f}")
-                os.kill(os.getpid(), signal.SIGKILL)
-            x, y = batch_of(state.batch, tfring.rank())
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x) - y))
-            tape = tfring.DistributedGradientTape(tape)
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            state.batch += 1
-            state.commit()
-
-    train(state)
-    # numpy: batches 0-7 averaged over workers 0, 1, 2; batches 8-19 over 0 and 1.
-    w, b = start[0].astype(np.float64), start[1].astype(np.float64)
-    for step in range(20):
-        grads_w, grads_b = [], []
-        for worker in (range(3) if step < 8 else range(2)):
-            x, y = batch_of(step, worker)
-            err = x @ w + b - y
-            grads_w.append(2 * x.T @ err / err.size)
-            grads_b.append(2 * err.sum(axis=0) / err.size)
-        w -= 0.05 * np.mean(grads_w, axis=0)
-        b -= 0.05 * np.mean(grads_b, axis=0)
-    got_w, got_b = (v.numpy() for v in model.trainable_variables)
-    close = np.allclose(got_w, w, rtol=1e-4, atol=1e-5) and np.allclose(got_b, b, rtol=1e-4,
-                                                                         atol=1e-5)
-    print(f"rank {me}: finished at batch {state.batch} as rank {tfring.rank()} of "
-          f"{tfring.size()}, resets saw sizes {sizes_at_reset}, matches numpy: {close}, "
-          f"weights {got_w.ravel().tolist()} {got_b.tolist()}", flush=True)
-    tfring.shutdown()
-
-
 if __name__ == "__main__":
     tfring.init()
     globals()[sys.argv[1]]()

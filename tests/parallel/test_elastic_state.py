@@ -87,3 +87,10 @@ def test_run_lets_other_errors_through():
 
     with pytest.raises(KeyError):
         raises(state)
+
+
+def test_keras_elastic_callbacks_commit_and_count_in_fit(rank, size):
+    import tfring.keras as hvd
+    from _elastic_fit import check_elastic_callbacks
+
+    check_elastic_callbacks(hvd, rank, size)

@@ -170,3 +170,48 @@ def test_gpu_ranks_launcher_gives_each_rank_a_nccl_host_of_its_own():
     assert out.returncode == 0, out.stdout + out.stderr
     lines = sorted(out.stdout.split("\n")[:-1])
     assert lines == [f"tfring-rank-{r} 1 Socket lo 1" for r in range(3)], out.stdout
+
+
+def test_elastic_flags_turn_on_mpis_fault_tolerance_and_pass_the_limits():
+    args = _args("-np", "3", "--min-np", "2", "--reset-limit", "4", "python", "t.py")
+    cmd, env = launcher.build_command(args, {}, "mpirun", "openmpi", is_root=False)
+    assert cmd[cmd.index("--with-ft") + 1] == "ulfm"
+    assert env["TFRING_ELASTIC_MIN_NP"] == "2" and env["TFRING_ELASTIC_RESET_LIMIT"] == "4"
+    exported = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
+    assert {"TFRING_ELASTIC_MIN_NP", "TFRING_ELASTIC_RESET_LIMIT"} <= exported
+    plain, _ = launcher.build_command(_args("-np", "3", "python", "t.py"), {}, "mpirun",
+                                      "openmpi", is_root=False)
+    assert "--with-ft" not in plain  # only elastic jobs outlive a lost rank
+    with pytest.raises(SystemExit, match="needs Open MPI 5's fault tolerance"):
+        launcher.build_command(args, {}, "mpirun", "mpich", is_root=False)
+
+
+def test_bad_elastic_arguments_are_clear(capsys):
+    for argv, needle in ((["-np", "2", "--min-np", "3", "python"], "--min-np 3 is more than -np 2"),
+                         (["--min-np", "0", "python"], "--min-np must be at least 1"),
+                         (["--reset-limit", "-1", "python"], "--reset-limit must be 0 or more"),
+                         (["--host-discovery-script", "d.sh", "python"],
+                          "--host-discovery-script: workers joining a running job is not "
+                          "supported yet"),
+                         (["--max-np", "4", "python"], "--max-np: workers joining")):
+        with pytest.raises(SystemExit):
+            launcher.parse_args(argv)
+        assert needle in capsys.readouterr().err
+
+
+def test_elastic_limits_name_the_counts():
+    from tfring.elastic import _Limits
+
+    limits = _Limits({"TFRING_ELASTIC_MIN_NP": "3", "TFRING_ELASTIC_RESET_LIMIT": "2"})
+    limits.check_enough_workers(3)
+    with pytest.raises(RuntimeError, match=r"2 worker\(s\) are left and --min-np needs 3"):
+        limits.check_enough_workers(2)
+    limits.check_reset_allowed(1, ValueError("lost rank 2"))
+    with pytest.raises(RuntimeError, match=r"after 2 reset\(s\), and --reset-limit 2 allows "
+                                           r"no more.*lost rank 2"):
+        limits.check_reset_allowed(2, ValueError("lost rank 2"))
+    unlimited = _Limits({})
+    unlimited.check_enough_workers(1)
+    unlimited.check_reset_allowed(100, ValueError("x"))
+    with pytest.raises(ValueError, match="TFRING_ELASTIC_MIN_NP='two'"):
+        _Limits({"TFRING_ELASTIC_MIN_NP": "two"})

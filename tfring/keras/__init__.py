@@ -21,7 +21,7 @@ from tfring.runtime import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, rocm_built, shutdown, sycl_built, size, start_timeline, stop_timeline)
-from tfring.keras import callbacks  # noqa: F401
+from tfring.keras import callbacks, elastic  # noqa: F401
 from tfring.keras._values import allgather, allreduce, broadcast, reducescatter  # noqa: F401
 from tfring.keras.optimizer import (  # noqa: F401
     DistributedKerasOptimizer, DistributedLossScaleOptimizer, DistributedOptimizer,
@@ -37,6 +37,6 @@ __all__ = [
     "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedKerasOptimizer",
     "DistributedLossScaleOptimizer",
     "load_model", "broadcast_global_variables",
-    "allreduce", "allgather", "broadcast", "reducescatter", "callbacks",
+    "allreduce", "allgather", "broadcast", "reducescatter", "callbacks", "elastic",
     "is_version_greater_equal_than",
 ]

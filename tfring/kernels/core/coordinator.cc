@@ -217,10 +217,14 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     timeline_.MarkCycle();
     for (const CycleResponses::Item& item : execute.order) {
       if (!timeline_.active()) break;  // no lookup per tensor when nobody records
-      const std::string& name = item.response->name;
-      if (item.slot >= 0 ? pending_.AtSlot(item.slot) != nullptr : pending_.HasName(name)) {
-        timeline_.Phase(name, "QUEUE");  // this rank's own
+      const Pending* own = nullptr;  // this rank's own (a joined rank's stand-ins come later)
+      if (item.slot >= 0) {
+        own = pending_.AtSlot(item.slot);
+      } else {
+        const auto it = pending_.by_name().find(item.response->name);
+        if (it != pending_.by_name().end()) own = &it->second;
       }
+      if (own != nullptr) timeline_.Phase(own->entry.request, "QUEUE");
     }
     const int64_t bytes = Execute(execute.order);
     timeline_.Flush();
@@ -260,7 +264,7 @@ void Coordinator::Finish(const std::string& name, const Status& status) {
 void Coordinator::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
   std::atomic<int>* const drive_count = it->second.entry.drive_count;
-  timeline_.End(it->first);
+  timeline_.End(it->second.entry.request);
   pending_.by_name().erase(it);
   Entry::Complete(done, drive_count, status);
 }
@@ -269,7 +273,7 @@ void Coordinator::FinishAtSlot(int slot, const Status& status) {
   Pending* p = pending_.AtSlot(slot);
   auto done = std::move(p->entry.done);
   std::atomic<int>* const drive_count = p->entry.drive_count;
-  timeline_.End(p->entry.request.name);
+  timeline_.End(p->entry.request);
   pending_.EraseAtSlot(slot);  // where it is: no move of the entry
   Entry::Complete(done, drive_count, status);
 }

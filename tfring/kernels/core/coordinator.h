@@ -149,10 +149,9 @@ class Coordinator : private CycleDriver::Cycles {
   // (docs/benchmarks.md); asked for together before the entries are taken, they overlap.
   void PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const;
   // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
-  // (for a named entry). An unnamed call waiting on its call site's slot takes the site's
-  // name, and *unnamed_name is then its own.
-  int CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_name,
-                    std::vector<int>* invalidate);
+  // (for a named entry); an unnamed call's is its call site's. A slot whose signature
+  // differs is put in *invalidate.
+  int CachedSlotFor(Entry* e, int named_slot, std::vector<int>* invalidate);
   // The entry waiting on a slot that is gone goes to negotiation (under its own name).
   void NegotiateInstead(int slot);
   Status Negotiate(CycleResponses* execute, bool* stop);

@@ -202,7 +202,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
       if (owners[i].slot >= 0 || owners[i].by_name) {
         finish_owned(owners[i], s);
       } else {
-        timeline_.End(items[i].response->name);
+        timeline_.End(entries[i]->request);  // a joined rank's stand-in
       }
     }
   }

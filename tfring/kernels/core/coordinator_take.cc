@@ -72,22 +72,17 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
         "' until every rank has joined"));
     return;
   }
-  std::string unnamed_name;
-  const int slot = CachedSlotFor(&e, named_slot, &unnamed_name, invalidate);
-  timeline_.Submitted(name, e.created);  // under the name it is kept by (a site's, if cached)
+  const int slot = CachedSlotFor(&e, named_slot, invalidate);
+  timeline_.Submitted(e.request, e.created);
+  timeline_.Phase(e.request, "NEGOTIATE");
   if (slot >= 0) {
-    Pending& p = pending_.PlaceAtSlot(slot, std::move(e), now, std::move(unnamed_name));
-    timeline_.Phase(p.entry.request.name, "NEGOTIATE");
+    pending_.PlaceAtSlot(slot, std::move(e), now);
     return;
   }
   send_order_.push_back(name);
   std::string key = name;
-  const auto placed =
-      pending_.by_name()
-          .emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
-                   std::forward_as_tuple(std::move(e), State::kToSend, now))
-          .first;
-  timeline_.Phase(placed->first, "NEGOTIATE");
+  pending_.by_name().emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
+                             std::forward_as_tuple(std::move(e), State::kToSend, now));
 }
 
 void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const {
@@ -124,9 +119,8 @@ int Coordinator::NamedSlot(const Entry& e) const {
   return cache_.Find(e.request.name);
 }
 
-int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_name,
-                               std::vector<int>* invalidate) {
-  Request& q = e->request;
+int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* invalidate) {
+  const Request& q = e->request;
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
     // The slot is this name's (found by name, or by a ticket of this name): compare the rest.
     if (named_slot >= 0 && cache_.signature(named_slot).SameButName(q)) {
@@ -143,9 +137,9 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_na
   }
   // An unnamed eager call: ranks pair these in the order they make them, and give them
   // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
-  // earlier call from the same site waits on the slot here, this one is negotiated.
-  std::string site = UnnamedCacheKey(q.call_site, q.process_set);
-  const int slot = cache_.Find(site);
+  // earlier call from the same site waits on the slot here, this one is negotiated. The
+  // entry keeps its own name: the slot, not the name, pairs it with the cached response.
+  const int slot = cache_.Find(UnnamedCacheKey(q.call_site, q.process_set));
   if (slot < 0 || pending_.AtSlot(slot)) return -1;
   // The slot is the site's (found by it), and was cached from a request marked cacheable,
   // which this one (its name never recurs) is not: the rest must be the same.
@@ -153,8 +147,6 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::string* unnamed_na
     invalidate->push_back(slot);  // another shape (say) at the same line
     return -1;
   }
-  *unnamed_name = std::move(q.name);
-  q.name = std::move(site);
   return slot;
 }
 
@@ -162,14 +154,6 @@ void Coordinator::NegotiateInstead(int slot) {
   Pending moved = pending_.TakeFromSlot(slot);
   moved.state = State::kToSend;
   std::string key = moved.entry.request.name;
-  if (!moved.unnamed_name.empty()) {
-    // Negotiation pairs unnamed calls by their own names (their order): take it back.
-    timeline_.End(key);
-    key = std::move(moved.unnamed_name);
-    moved.unnamed_name.clear();
-    moved.entry.request.name = key;
-    timeline_.Phase(key, "NEGOTIATE");
-  }
   send_order_.push_back(key);
   pending_.by_name().emplace(std::move(key), std::move(moved));
 }

@@ -29,16 +29,12 @@ enum class PendingState { kToSend, kSent, kCachedWaiting, kJoined };
 struct Pending {
   // Made in place (by name or by slot): an Entry is large (a request, three
   // std::functions), and every move of it is paid per tensor per step.
-  Pending(Entry&& e, PendingState s, SteadyClock::time_point t, std::string unnamed = {})
-      : entry(std::move(e)), state(s), since(t), unnamed_name(std::move(unnamed)) {}
+  Pending(Entry&& e, PendingState s, SteadyClock::time_point t)
+      : entry(std::move(e)), state(s), since(t) {}
 
   Entry entry;
   PendingState state;
   SteadyClock::time_point since;  // when the cycle took it
-  // An unnamed eager call waiting on the cache slot of its call site carries that slot's
-  // name (UnnamedCacheKey) in entry.request.name; this is its own ("unnamed.<n>"), which
-  // it takes back if it must be negotiated after all.
-  std::string unnamed_name;
 };
 
 class PendingEntries {
@@ -70,14 +66,12 @@ class PendingEntries {
     }
   }
   // Makes a waiting entry on `slot`, which holds none.
-  Pending& PlaceAtSlot(int slot, Entry&& e, SteadyClock::time_point now,
-                       std::string unnamed_name) {
+  Pending& PlaceAtSlot(int slot, Entry&& e, SteadyClock::time_point now) {
     if (slot >= static_cast<int>(by_slot_.size())) by_slot_.resize(slot + 1);
     // A second entry there would drop the first, whose op would then never complete.
     TFRING_CHECK(!by_slot_[slot]) << "cache slot " << slot << " already has a waiting entry";
     ++waiting_;
-    return by_slot_[slot].emplace(std::move(e), PendingState::kCachedWaiting, now,
-                                  std::move(unnamed_name));
+    return by_slot_[slot].emplace(std::move(e), PendingState::kCachedWaiting, now);
   }
   // Removes the entry waiting on `slot` (there is one) and returns it.
   Pending TakeFromSlot(int slot) {

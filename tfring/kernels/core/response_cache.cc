@@ -1,9 +1,20 @@
 #include "tfring/kernels/core/response_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace tfring {
+
+uint32_t ResponseCache::NextGeneration() {
+  // One count for every cache of the process: a kernel's ticket outlives the runtime that
+  // issued it (shutdown() then init(), an elastic reset), and a new cache counting from
+  // zero again would hand its slot and generation to another tensor. 0 is never issued.
+  static std::atomic<uint32_t> last{0};
+  uint32_t g = last.fetch_add(1, std::memory_order_relaxed) + 1;
+  while (g == 0) g = last.fetch_add(1, std::memory_order_relaxed) + 1;
+  return g;
+}
 
 ResponseCache::ResponseCache(int64_t capacity) : capacity_(capacity) {}
 
@@ -46,7 +57,7 @@ int ResponseCache::Put(const Response& response, const Request& signature) {
     if (slot < 0) return -1;  // every slot is in use in this cycle
     by_name_.erase(slots_[slot].response.name);
   }
-  slots_[slot] = Slot{true, cycle_, slots_[slot].generation + 1, signature, response};
+  slots_[slot] = Slot{true, cycle_, NextGeneration(), signature, response};
   by_name_[response.name] = slot;
   return evicted;
 }
@@ -77,9 +88,8 @@ int ResponseCache::LeastRecentlyUsed() {
 void ResponseCache::Erase(int slot) {
   if (slot < 0 || slot >= num_bits() || !slots_[slot].used) return;
   by_name_.erase(slots_[slot].response.name);
-  const uint32_t generation = slots_[slot].generation + 1;
   slots_[slot] = Slot{};
-  slots_[slot].generation = generation;
+  slots_[slot].generation = NextGeneration();
   free_.insert(slot);
 }
 

@@ -31,8 +31,9 @@ class ResponseCache {
 
   // Slot of `name`, or -1.
   int Find(const std::string& name) const;
-  // Changes whenever the slot's content does (added, taken, erased): a slot whose generation
-  // is as it was holds the same tensor as then (CacheTicket).
+  // Changes whenever the slot's content does (added, taken, erased), to a number no cache of
+  // this process has issued before: a slot whose generation is as it was holds the same
+  // tensor as then (CacheTicket), even across a shutdown() and init().
   uint32_t generation(int slot) const { return slots_[slot].generation; }
   bool Holds(int slot, uint32_t generation) const {
     return slot >= 0 && slot < num_bits() && slots_[slot].used &&
@@ -63,6 +64,7 @@ class ResponseCache {
   int num_bits() const { return static_cast<int>(slots_.size()); }
 
  private:
+  static uint32_t NextGeneration();
   struct Slot {
     bool used = false;
     uint64_t last_used = 0;  // the cycle that last executed or added it

@@ -18,9 +18,9 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
     twin.request.on_device = false;
     std::vector<char>& buffer = staged->buffers[i];
     buffer.resize(TensorBytes(e.request));
-    if (timeline_) timeline_->Phase(e.request.name, "WAIT_FOR_DATA");
+    if (timeline_) timeline_->Phase(e.request, "WAIT_FOR_DATA");
     TFRING_RETURN_IF_ERROR(memory_->WaitForInput(e));
-    if (timeline_) timeline_->Phase(e.request.name, "MEMCPY_DEVICE_TO_HOST");
+    if (timeline_) timeline_->Phase(e.request, "MEMCPY_DEVICE_TO_HOST");
     TFRING_RETURN_IF_ERROR(memory_->CopyToHost(buffer.data(), e.input, buffer.size(), e.device));
     // Allreduce and broadcast work in place in the one host buffer; allgather's output
     // is allocated once its shape is known.

@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "tfring/kernels/core/message.h"
+#include "tfring/kernels/core/tensor_key.h"
+
 namespace tfring {
 
 std::string JsonString(const std::string& s) {
@@ -91,8 +94,13 @@ void Timeline::EndLocked(const std::string& tensor, int64_t ts) {
   open_[tensor] = false;
 }
 
-void Timeline::Submitted(const std::string& tensor, std::chrono::steady_clock::time_point since) {
+std::string Timeline::RowName(const Request& q) {
+  return CachedByCallSite(q) ? UnnamedCacheKey(q.call_site, q.process_set) : q.name;
+}
+
+void Timeline::Submitted(const Request& q, std::chrono::steady_clock::time_point since) {
   if (!active()) return;
+  const std::string tensor = RowName(q);
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   const int64_t now = NowMicros();
@@ -104,9 +112,9 @@ void Timeline::Submitted(const std::string& tensor, std::chrono::steady_clock::t
         ", \"ts\": " + std::to_string(ts) + ", \"dur\": " + std::to_string(now - ts) + "}");
 }
 
-void Timeline::Phase(const std::string& tensor, const std::string& phase,
-                     const std::string& args) {
+void Timeline::Phase(const Request& q, const std::string& phase, const std::string& args) {
   if (!active()) return;
+  const std::string tensor = RowName(q);
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   const int64_t ts = NowMicros();
@@ -121,11 +129,12 @@ void Timeline::Phase(const std::string& tensor, const std::string& phase,
 void Timeline::GroupPhase(const std::vector<Entry*>& group, const std::string& phase,
                           const std::string& args) {
   if (!active()) return;
-  for (const Entry* e : group) Phase(e->request.name, phase, args);
+  for (const Entry* e : group) Phase(e->request, phase, args);
 }
 
-void Timeline::End(const std::string& tensor) {
+void Timeline::End(const Request& q) {
   if (!active()) return;
+  const std::string tensor = RowName(q);
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   auto it = open_.find(tensor);

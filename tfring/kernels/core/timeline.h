@@ -1,8 +1,8 @@
 // Timeline: a Chrome-trace JSON file (chrome://tracing, Perfetto) of what each tensor went
 // through, written by rank 0 (TFRING_TIMELINE=path, or tfring.start_timeline).
 //
-// Each tensor is a row (a "thread" named after it); its phases follow one another on that
-// row: SUBMIT (from when its op's kernel started until the background thread took it),
+// Each tensor is a row (a "thread" named after it; an unnamed eager call's row is its call
+// site's, RowName); its phases follow one another on that row: SUBMIT (from when its op's kernel started until the background thread took it),
 // NEGOTIATE (from when the background thread took it until every rank had it), QUEUE
 // (until its fusion group started), then the executor's: WAIT_FOR_DATA (GPU tensors staged
 // through the host), MEMCPY_IN_FUSION_BUFFER, the backend call (MPI_ALLREDUCE,
@@ -42,15 +42,19 @@ class Timeline {
   // The tensor's SUBMIT phase, from `since` (its op's kernel started: Entry::created) until
   // now (the cycle took it): the kernel's checks and allocations, the hand-off to the
   // runtime's thread, and the wait for the cycle (a burst of graph ops, a cycle running).
-  void Submitted(const std::string& tensor, std::chrono::steady_clock::time_point since);
+  void Submitted(const Request& tensor, std::chrono::steady_clock::time_point since);
   // Ends the tensor's current phase (if any) and begins `phase`.
-  void Phase(const std::string& tensor, const std::string& phase, const std::string& args = "");
+  void Phase(const Request& tensor, const std::string& phase, const std::string& args = "");
   // The same phase for every tensor of a fusion group; `args` (a JSON object's members)
   // go on each.
   void GroupPhase(const std::vector<Entry*>& group, const std::string& phase,
                   const std::string& args = "");
   // Ends the tensor's current phase: it is done.
-  void End(const std::string& tensor);
+  void End(const Request& tensor);
+  // The row a tensor is shown on: its name, except that an unnamed eager call
+  // ("unnamed.<n>") is shown under its call site ("unnamed@file.py:12"): such names never
+  // recur, and a row per call would bury the trace.
+  static std::string RowName(const Request& tensor);
   void MarkCycle();
   void Flush();
 

@@ -1,0 +1,170 @@
+"""Elastic training scenarios (tfring.elastic, tfring.keras.elastic), each run by
+test_failures.py as `mpirun --with-ft ulfm -np 3 python elastic_scenarios.py NAME`: a worker
+is killed mid-training, and each survivor prints how it finished ("rank R: ..." lines) for
+the test to read.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import tfring
+
+TRUE_W = np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32)
+
+
+def say(text):
+    print(f"rank {tfring.rank()}: {text}", flush=True)
+
+
+def batch_of(step, worker, rows=8):
+    """Worker `worker`'s batch `step` of a linear regression every rank can recompute."""
+    x = np.random.default_rng(100 * step + worker).normal(size=(rows, 4)).astype(np.float32)
+    return x, x @ TRUE_W
+
+
+def numpy_sgd(start, schedule):
+    """Replays training in float64: `schedule` lists (workers, batch index, learning rate)
+    per step; each step averages the workers' mean-squared-error gradients, as tfring does."""
+    w, b = start[0].astype(np.float64), start[1].astype(np.float64)
+    for workers, step, lr in schedule:
+        grads_w, grads_b = [], []
+        for worker in range(workers):
+            x, y = batch_of(step, worker)
+            err = x @ w + b - y
+            grads_w.append(2 * x.T @ err / err.size)
+            grads_b.append(2 * err.sum(axis=0) / err.size)
+        w -= lr * np.mean(grads_w, axis=0)
+        b -= lr * np.mean(grads_b, axis=0)
+    return w, b
+
+
+def report(state, model, expected, sizes_at_reset, me):
+    got_w, got_b = (v.numpy() for v in model.trainable_variables)
+    close = np.allclose(got_w, expected[0], rtol=1e-4, atol=1e-5) and np.allclose(
+        got_b, expected[1], rtol=1e-4, atol=1e-5)
+    print(f"rank {me}: finished at epoch {getattr(state, 'epoch', '-')} batch {state.batch} "
+          f"as rank {tfring.rank()} of {tfring.size()}, resets saw sizes {sizes_at_reset}, "
+          f"matches numpy: {close}, weights {got_w.ravel().tolist()} {got_b.tolist()}",
+          flush=True)
+
+
+def _custom_loop(kills):
+    """Horovod's elastic pattern with a custom loop (TensorFlowKerasState, @run, commit):
+    the worker started as rank kills[b] dies at batch b; the others roll back to their
+    commit, re-form, and finish 20 batches. Each survivor checks its weights against numpy's
+    run of the same training."""
+    import keras
+    from tfring import elastic
+
+    me = tfring.rank()  # as started: the kills name these
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(0.05)
+    opt.build(model.trainable_variables)
+    state = elastic.TensorFlowKerasState(model, opt, batch=0)
+    sizes_at_reset = []
+
+    def on_reset():
+        sizes_at_reset.append(tfring.size())
+        print(f"rank {me}: reset at batch {state.batch}: now rank {tfring.rank()} of "
+              f"{tfring.size()}", flush=True)
+
+    state.register_reset_callbacks([on_reset])
+    start = []  # the weights every rank starts from: rank 0's, after run's first sync
+
+    @elastic.run
+    def train(state):
+        if state.batch == 0:
+            start[:] = [w.numpy().copy() for w in model.trainable_variables]
+        while state.batch < 20:
+            if kills.get(state.batch) == me:
+                say(f"killing myself at {time.time():.3f}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = batch_of(state.batch, tfring.rank())
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            tape = tfring.DistributedGradientTape(tape)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            state.batch += 1
+            state.commit()
+
+    workers = tfring.size()
+    train(state)
+    schedule = []
+    for step in range(20):  # each kill leaves one worker fewer from its batch on
+        schedule.append((workers - sum(1 for b in kills if b <= step), step, 0.05))
+    report(state, model, numpy_sgd(start, schedule), sizes_at_reset, me)
+    tfring.shutdown()
+
+
+def elastic_custom_loop():
+    _custom_loop({8: 2})  # of 3 workers
+
+
+def elastic_two_kills():
+    _custom_loop({4: 3, 8: 2})  # of 4 workers
+
+
+def keras_fit():
+    """Horovod's Keras elastic example (tensorflow2_keras_mnist_elastic.py) with the import
+    changed: KerasState, the three callbacks, a reset callback that scales the learning rate
+    to the new size, @hvd.elastic.run around model.fit. Rank 2 dies at batch 2 of epoch 1
+    (batches commit one by one); the survivors run epoch 1 again from the commit after its
+    batch 1, then epoch 2, as 2 workers with the learning rate for 2."""
+    import keras
+    import tfring.keras as hvd
+
+    me = hvd.rank()
+    steps, epochs, base_lr = 6, 3, 0.02
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
+                  loss="mse")
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+    sizes_at_reset = []
+
+    def on_state_reset():
+        sizes_at_reset.append(hvd.size())
+        model.optimizer.learning_rate.assign(base_lr * hvd.size())
+
+    state.register_reset_callbacks([on_state_reset])
+
+    class KillAt(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.current_epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if me == 2 and self.current_epoch == 1 and batch == 2:
+                say(f"killing myself at {time.time():.3f}")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    callbacks = [hvd.elastic.CommitStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state), KillAt()]
+    start = []
+
+    @hvd.elastic.run
+    def train(state):
+        if not start:
+            start[:] = [w.numpy().copy() for w in model.trainable_variables]
+        batches = [batch_of(step, hvd.rank()) for step in range(steps)]
+        x = np.concatenate([b[0] for b in batches])
+        y = np.concatenate([b[1] for b in batches])
+        model.fit(x, y, batch_size=8, shuffle=False, epochs=epochs - state.epoch,
+                  callbacks=callbacks, verbose=0)
+
+    train(state)
+    schedule = ([(3, step, 3 * base_lr) for step in range(steps)] +      # epoch 0
+                [(3, step, 3 * base_lr) for step in range(2)] +          # epoch 1, committed
+                [(2, step, 2 * base_lr) for step in range(steps)] * 2)   # epochs 1 and 2 again
+    report(state, model, numpy_sgd(start, schedule), sizes_at_reset, me)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    tfring.init()
+    globals()[sys.argv[1]]()
