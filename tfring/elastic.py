@@ -10,9 +10,9 @@ ranks are renumbered, `size()` shrinks), the reset callbacks run, the state is s
 from the new rank 0, and the function runs again from there.
 
 Not yet (docs/coming-from-horovod.md): new workers joining (host discovery), tfringrun's
-elastic flags (--min-np, --max-np, --host-discovery-script, --reset-limit), TensorFlowState
-for TF1 sessions, and process sets other than the global one after a reset. The Keras
-callbacks are in tfring.keras.elastic.
+flags that add workers (--max-np, --host-discovery-script), and process sets other than the
+global one after a reset. The Keras callbacks are in tfring.keras.elastic; tfringrun's
+--min-np and --reset-limit reach `run` as TFRING_ELASTIC_MIN_NP and _RESET_LIMIT.
 """
 
 import functools
@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _init, runtime
-from tfring.functions import broadcast_object, broadcast_variables
+from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
 
 
 class HorovodInternalError(RuntimeError):
@@ -141,6 +141,66 @@ class TensorFlowKerasState(ObjectState):
     def sync(self):
         broadcast_variables(self._variables(), root_rank=0)
         self._save_model()
+        super().sync()
+
+
+class TensorFlowState(ObjectState):
+    """TensorFlow variables (all global variables by default) and keyword values: eagerly,
+    or in a TF1 graph through `session` (the default session when None).
+
+    In a graph the broadcast and the restore are ops made here and run when needed, so that
+    the graph does not grow as training goes on."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        self._eager = tf.executing_eagerly()
+        if variables is None:
+            if self._eager:
+                raise ValueError("TensorFlowState needs its variables in eager mode (TF1's "
+                                 "global variables exist only in a graph)")
+            variables = tf.compat.v1.global_variables()
+        self.variables = list(variables)
+        self.session = session
+        if not self._eager and self._session() is None:
+            raise ValueError("TensorFlowState in a graph needs a session: pass session=, or "
+                             "make it with `with tf.compat.v1.Session() as session:` first")
+        self._bcast_op = self._restore_op = None
+        if not self._eager:
+            self._bcast_op = broadcast_variables(self.variables, 0)
+            self._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape)
+                           for v in self.variables]
+            self._restore_op = tf.group(*[v.assign(f) for v, f in zip(self.variables,
+                                                                        self._feeds)])
+        self._save_values()
+        bcast = broadcast_object if self._eager else broadcast_object_fn(session=self._session())
+        super().__init__(bcast_object=bcast, **kwargs)
+
+    def _session(self):
+        return self.session or tf.compat.v1.get_default_session()
+
+    def _save_values(self):
+        if self._eager:
+            self._values = [np.array(v.numpy(), copy=True) for v in self.variables]
+        else:
+            self._values = self._session().run(self.variables)
+
+    def save(self):
+        self._save_values()
+        super().save()
+
+    def restore(self):
+        if self._eager:
+            for variable, value in zip(self.variables, self._values):
+                variable.assign(value)
+        else:
+            self._session().run(self._restore_op, dict(zip(self._feeds, self._values)))
+        super().restore()
+
+    def sync(self):
+        if self._eager:
+            broadcast_variables(self.variables, root_rank=0)
+        else:
+            self._session().run(self._bcast_op)
+        self._save_values()
         super().sync()
 
 

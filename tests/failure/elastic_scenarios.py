@@ -43,8 +43,9 @@ def numpy_sgd(start, schedule):
     return w, b
 
 
-def report(state, model, expected, sizes_at_reset, me):
-    got_w, got_b = (v.numpy() for v in model.trainable_variables)
+def report(state, values, expected, sizes_at_reset, me):
+    """Prints how this survivor finished: `values` are its final weights and bias."""
+    got_w, got_b = values
     close = np.allclose(got_w, expected[0], rtol=1e-4, atol=1e-5) and np.allclose(
         got_b, expected[1], rtol=1e-4, atol=1e-5)
     print(f"rank {me}: finished at epoch {getattr(state, 'epoch', '-')} batch {state.batch} "
@@ -98,7 +99,8 @@ def _custom_loop(kills):
     schedule = []
     for step in range(20):  # each kill leaves one worker fewer from its batch on
         schedule.append((workers - sum(1 for b in kills if b <= step), step, 0.05))
-    report(state, model, numpy_sgd(start, schedule), sizes_at_reset, me)
+    report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
+           sizes_at_reset, me)
     tfring.shutdown()
 
 
@@ -108,6 +110,47 @@ def elastic_custom_loop():
 
 def elastic_two_kills():
     _custom_loop({4: 3, 8: 2})  # of 4 workers
+
+
+def tf1_session():
+    """A TF1 graph and session with TensorFlowState (all global variables) and Horovod's TF1
+    DistributedOptimizer: rank 2 dies at batch 8 of 20; the survivors load their committed
+    values back, re-form as 2 and finish, as the custom loop does."""
+    from tfring import elastic
+
+    tf.compat.v1.disable_eager_execution()
+    me = tfring.rank()
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("w", [4, 1])
+    b = tf.compat.v1.get_variable("b", [1], initializer=tf.compat.v1.zeros_initializer())
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+    opt = tfring.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.05))
+    train_op = opt.minimize(loss)
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        state = elastic.TensorFlowState(session=session, batch=0)
+        sizes_at_reset = []
+        state.register_reset_callbacks([lambda: sizes_at_reset.append(tfring.size())])
+        start = []
+
+        @elastic.run
+        def train(state):
+            if state.batch == 0:
+                start[:] = session.run([w, b])
+            while state.batch < 20:
+                if state.batch == 8 and me == 2:
+                    say(f"killing myself at {time.time():.3f}")
+                    os.kill(os.getpid(), signal.SIGKILL)
+                xs, ys = batch_of(state.batch, tfring.rank())
+                session.run(train_op, {x: xs, y: ys})
+                state.batch += 1
+                state.commit()
+
+        train(state)
+        schedule = [(3 if step < 8 else 2, step, 0.05) for step in range(20)]
+        report(state, session.run([w, b]), numpy_sgd(start, schedule), sizes_at_reset, me)
+    tfring.shutdown()
 
 
 def keras_fit():
@@ -161,7 +204,8 @@ def keras_fit():
     schedule = ([(3, step, 3 * base_lr) for step in range(steps)] +      # epoch 0
                 [(3, step, 3 * base_lr) for step in range(2)] +          # epoch 1, committed
                 [(2, step, 2 * base_lr) for step in range(steps)] * 2)   # epochs 1 and 2 again
-    report(state, model, numpy_sgd(start, schedule), sizes_at_reset, me)
+    report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
+           sizes_at_reset, me)
     hvd.shutdown()
 
 

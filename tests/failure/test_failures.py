@@ -131,6 +131,12 @@ def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights():
     _elastic_survivors("keras_fit", finished="epoch 3 batch 0")
 
 
+def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
+    # TensorFlowState over a TF1 graph's variables and session, with the TF1
+    # DistributedOptimizer: the same schedule and checks as the custom loop above.
+    _elastic_survivors("tf1_session", finished="epoch - batch 20")
+
+
 def _tfringrun_elastic(flags, scenario, ranks):
     tfringrun = os.path.join(os.path.dirname(sys.executable), "tfringrun")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

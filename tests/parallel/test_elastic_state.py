@@ -94,3 +94,22 @@ def test_keras_elastic_callbacks_commit_and_count_in_fit(rank, size):
     from _elastic_fit import check_elastic_callbacks
 
     check_elastic_callbacks(hvd, rank, size)
+
+
+def test_tensorflow_state_of_eager_variables_syncs_commits_and_restores(rank):
+    v = tf.Variable([float(rank), 2.0 * rank])
+    step = tf.Variable(rank, dtype=tf.int64)
+    state = elastic.TensorFlowState([v, step], batch=rank)
+    state.sync()  # rank 0's values everywhere
+    np.testing.assert_array_equal(v.numpy(), [0.0, 0.0])
+    assert step.numpy() == 0 and state.batch == 0
+    v.assign([1.0, 3.0])
+    state.batch = 4
+    state.commit()
+    v.assign([9.0, 9.0])
+    state.batch = 7
+    state.restore()
+    np.testing.assert_array_equal(v.numpy(), [1.0, 3.0])
+    assert state.batch == 4
+    with pytest.raises(ValueError, match="needs its variables in eager mode"):
+        elastic.TensorFlowState()
