@@ -43,6 +43,7 @@ Every result is checked against the exact sum (`#wrong` counts elements that dif
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,7 @@ def run_job(mode, args, mpi_yield=None):
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "result.json")
         cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), "--bind-to", "core",
+               *shlex.split(args.mpirun_args),
                sys.executable, WORKER, mode, "--out", out, "--max-mib", str(args.max_mib)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
@@ -223,6 +225,9 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--max-mib", type=float, default=64)
     parser.add_argument("--json", help="also write both jobs' figures here")
+    parser.add_argument("--mpirun-args", default="",
+                        help="more options for every job's mpirun, as one string (e.g. "
+                             "\"--with-ft ulfm\": the elastic mode's fault tolerance)")
     parser.add_argument("--no-huge-pages", action="store_true",
                         help="run every job without the transparent huge pages for malloc "
                              "that tfringrun asks glibc for (GLIBC_TUNABLES)")

@@ -10,8 +10,8 @@ ranks are renumbered, `size()` shrinks), the reset callbacks run, the state is s
 from the new rank 0, and the function runs again from there.
 
 Not yet (docs/coming-from-horovod.md): new workers joining (host discovery), tfringrun's
-flags that add workers (--max-np, --host-discovery-script), and process sets other than the
-global one after a reset. The Keras callbacks are in tfring.keras.elastic; tfringrun's
+flags that add workers (--max-np, --host-discovery-script). Process sets made before a
+reset are refused afterwards (their ranks named the old numbering). The Keras callbacks are in tfring.keras.elastic; tfringrun's
 --min-np and --reset-limit reach `run` as TFRING_ELASTIC_MIN_NP and _RESET_LIMIT.
 """
 
@@ -21,7 +21,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfring import _init, runtime
+from tfring import _init, process_sets, runtime
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
 
 
@@ -265,6 +265,7 @@ def _reset(limits):
                            f"({e})") from e
     limits.check_enough_workers(alive.Get_size())
     _init.init(comm=alive)
+    process_sets.new_world()
 
 
 def run(func):

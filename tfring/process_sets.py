@@ -16,6 +16,10 @@ import tensorflow as tf
 from tfring import runtime
 
 
+# How many times the job was re-formed (tfring.elastic): a set's ranks hold in its own.
+_world = 0
+
+
 class ProcessSet:
     """A fixed subset of the job's ranks (global rank numbers).
 
@@ -34,6 +38,7 @@ class ProcessSet:
         self._ranks = sorted(ranks)
         self.process_set_id = None  # Horovod's id, set by add_process_set
         self._removed = False  # by remove_process_set: using it is a mistake, as in Horovod
+        self._world = _world  # ranks name processes of this world only (new_world)
 
     @property
     def ranks(self):
@@ -86,6 +91,11 @@ class ProcessSet:
         if self._removed:
             raise ValueError(f"{what}: process set {self._ranks} was removed with "
                              "remove_process_set; add it again (add_process_set) to use it.")
+        if self._world != _world:
+            raise ValueError(f"{what}: process set {self._ranks} was made before the job "
+                             "lost a worker (a tfring.elastic reset): the ranks have been "
+                             "renumbered since, so its ranks may name other processes. Make "
+                             "it again from the new ranks, in a reset callback.")
         if self.process_set_id is not None and not is_registered(self):
             raise ValueError(f"{what}: process set {self._ranks} has process_set_id="
                              f"{self.process_set_id}, which no registered process set has "
@@ -114,6 +124,14 @@ global_process_set = _global()
 # Registered sets by Horovod's process_set_id (0 is the global set). Registration only gives
 # a set its id, for Horovod's id-taking calls (size_op, process_set_included_op).
 _registered = {}
+
+
+def new_world():
+    """Called by tfring.elastic after a reset: the ranks are renumbered, so every process set
+    made before (but the global one) is refused from now on, and the registry starts empty."""
+    global _world
+    _world += 1
+    _registered.clear()
 
 
 def add_process_set(process_set):

@@ -69,10 +69,17 @@ def _custom_loop(kills):
     state = elastic.TensorFlowKerasState(model, opt, batch=0)
     sizes_at_reset = []
 
+    pair = tfring.add_process_set([0, 1])  # ranks of the job as it started
+
     def on_reset():
         sizes_at_reset.append(tfring.size())
         print(f"rank {me}: reset at batch {state.batch}: now rank {tfring.rank()} of "
               f"{tfring.size()}", flush=True)
+        try:
+            tfring.allreduce(tf.constant([1.0]), process_set=pair, name="old_pair")
+            say("the old process set was used")
+        except ValueError as e:
+            print(f"rank {me}: old process set refused: {e}", flush=True)
 
     state.register_reset_callbacks([on_reset])
     start = []  # the weights every rank starts from: rank 0's, after run's first sync

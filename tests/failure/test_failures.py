@@ -98,12 +98,13 @@ def test_survivors_start_tfring_again_on_the_ranks_left_under_ulfm():
 
 
 def _elastic_survivors(scenario, finished):
-    """Runs an elastic scenario at 3 ranks under ULFM (rank 2 is killed mid-training); returns
-    each survivor's final weights, checked to match numpy's replay of the training."""
+    """Runs an elastic scenario at 3 ranks under ULFM (rank 2 is killed mid-training), checks
+    that the survivors' weights match numpy's replay and each other; returns the output."""
     _, out, _ = run_scenario(scenario, ranks=3, timeout=180, script="elastic_scenarios.py",
                              mpirun_options=("--with-ft", "ulfm"))
     assert re.search(r"rank 2: killing myself", out), out
     _assert_two_survivors_agree(out, finished, "[2]")
+    return out
 
 
 def _assert_two_survivors_agree(out, finished, sizes):
@@ -122,7 +123,11 @@ def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
     # Horovod's elastic pattern (tfring.elastic): a worker killed mid-training; the others
     # roll back to their last commit, re-form, and finish with weights that match numpy's
     # run of the same schedule (3 workers for batches 0-7, then 2) and each other.
-    _elastic_survivors("elastic_custom_loop", finished="epoch - batch 20")
+    out = _elastic_survivors("elastic_custom_loop", finished="epoch - batch 20")
+    # A process set made before the reset names ranks of the old numbering: refused.
+    for rank in (0, 1):
+        assert (f"rank {rank}: old process set refused: tfring.allreduce: process set [0, 1] "
+                "was made before the job lost a worker") in out, out
 
 
 def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights():
