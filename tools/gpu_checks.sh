@@ -12,7 +12,7 @@
 # for the killed-rank scenarios alone, rebuilt over it at the end.
 # BENCH_RANKS picks the benchmark's rank counts (default "2 1 4 3"); GPU_CHECKS=killed runs
 # only the killed-rank scenarios under ULFM, at 2, 3 and 4 ranks (over the wheel's MPI where
-# the machine's has no ULFM).
+# the machine's has no ULFM), and NCCL made again after a reset (scenario_nccl_reset).
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out/logs"
@@ -45,11 +45,16 @@ run() {  # run NAME LIMIT_SECONDS COMMAND...
     "$(tail -1 "$log" | cut -c1-80)" | tee -a "$summary"
   { echo "==== $name (rc=$rc)"; cat "$log"; } >>"$out/all.txt"
 }
-killed() {  # killed NAME_SUFFIX MPIRUN_WORDS: a rank SIGKILLed mid-allreduce, at 3 and 2 ranks
+killed() {  # killed NAME_SUFFIX MPIRUN_WORDS: a rank SIGKILLed mid-allreduce, at 3 and 2
+  # ranks; then one killed between GPU ops, and NCCL made again on the ranks left (elastic)
   local n
   for n in 3 2; do
     run "nccl_peer_killed_np${n}_$1" 120 env MPIRUN="$2" \
       tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_peer_killed --timeout_seconds=90
+  done
+  for n in 3 4; do
+    run "nccl_reset_np${n}_$1" 120 env MPIRUN="$2" \
+      tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_reset --timeout_seconds=90
   done
 }
 ulfm=no

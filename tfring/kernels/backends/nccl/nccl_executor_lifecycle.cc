@@ -49,9 +49,15 @@ NcclExecutor::~NcclExecutor() {
   if (!ready_) return;
   cudaSetDevice(device_);
   if (broken_.ok()) {
-    // Every call completed before it returned, so nothing is in flight.
-    if (world_.comm) ncclCommDestroy(world_.comm);
-    if (local_.comm) ncclCommDestroy(local_.comm);
+    // Every call completed before it returned, so nothing is in flight. But a peer that has
+    // died since (the job lost it in a host collective, and tfring is being started again
+    // on the ranks left) would never take part in a destroy's finalization: abort, which
+    // frees this rank's part alone.
+    Status peer;
+    const bool peer_gone = HeardFromPeer(std::chrono::milliseconds(0), &peer);
+    for (Comm* c : {&world_, &local_}) {
+      if (c->comm) peer_gone ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm);
+    }
   }
   for (char* b : buffers_) {
     if (b) cudaFree(b);
