@@ -165,9 +165,12 @@ def keras_fit():
     changed: KerasState, the three callbacks, a reset callback that scales the learning rate
     to the new size, @hvd.elastic.run around model.fit. Rank 2 dies at batch 2 of epoch 1
     (batches commit one by one); the survivors run epoch 1 again from the commit after its
-    batch 1, then epoch 2, as 2 workers with the learning rate for 2."""
-    import keras
+    batch 1, then epoch 2, as 2 workers with the learning rate for 2. Keras 3, or tf_keras
+    when the test sets TF_USE_LEGACY_KERAS=1."""
     import tfring.keras as hvd
+
+    keras = tf.keras
+    say("runs tf_keras" if keras.__name__.startswith("tf_keras") else "runs Keras 3")
 
     me = hvd.rank()
     steps, epochs, base_lr = 6, 3, 0.02

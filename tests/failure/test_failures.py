@@ -97,11 +97,11 @@ def test_survivors_start_tfring_again_on_the_ranks_left_under_ulfm():
                          out), out
 
 
-def _elastic_survivors(scenario, finished):
+def _elastic_survivors(scenario, finished, env=None):
     """Runs an elastic scenario at 3 ranks under ULFM (rank 2 is killed mid-training), checks
     that the survivors' weights match numpy's replay and each other; returns the output."""
     _, out, _ = run_scenario(scenario, ranks=3, timeout=180, script="elastic_scenarios.py",
-                             mpirun_options=("--with-ft", "ulfm"))
+                             mpirun_options=("--with-ft", "ulfm"), env=env)
     assert re.search(r"rank 2: killing myself", out), out
     _assert_two_survivors_agree(out, finished, "[2]")
     return out
@@ -130,10 +130,13 @@ def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
                 "was made before the job lost a worker") in out, out
 
 
-def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights():
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights(legacy):
     # tfring.keras.elastic as Horovod's Keras example uses it: KerasState, the commit, batch
     # and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run.
-    _elastic_survivors("keras_fit", finished="epoch 3 batch 0")
+    out = _elastic_survivors("keras_fit", finished="epoch 3 batch 0",
+                             env={"TF_USE_LEGACY_KERAS": legacy})
+    assert f"rank 0: runs {'tf_keras' if legacy == '1' else 'Keras 3'}" in out, out
 
 
 def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
