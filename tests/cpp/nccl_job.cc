@@ -1,14 +1,18 @@
 #include "tests/cpp/nccl_job.h"
 
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
 
+#include "tests/cpp/gpu_ranks.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/staging_executor.h"
 
@@ -74,6 +78,36 @@ std::unique_ptr<Coordinator> NewStagingCoordinator(const MpiContext& mpi,
   c->Start();
   return c;
 }
+
+ScenarioJob& Scenario() {
+  static ScenarioJob job;
+  return job;
+}
+
+void SurvivorsGpuEnvironment::SetUp() {
+  ScenarioJob& job = Scenario();
+  const Status s = job.mpi.Initialize(WorldChoice(), &job.layout);
+  if (!s.ok()) DieInSetup("MPI", s);
+  SetLogRank(job.layout.rank);
+  std::string skip = CudaUnavailableReason();
+  if (skip.empty()) job.device = TestDevice(job.layout.local_rank, job.layout.local_size, &skip);
+  if (skip.empty()) skip = Unsupported();
+  int mine = skip.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, job.mpi.world());
+  if (any) {
+    job.skip = skip.empty() ? "another rank cannot run it" : skip;
+    return;
+  }
+  if (cudaSetDevice(job.device) != cudaSuccess) {
+    DieInSetup("the GPU", Status::Internal("cannot use GPU " + std::to_string(job.device)));
+  }
+}
+
+void SurvivorsGpuEnvironment::TearDown() { Scenario().mpi.Finalize(); }
+
+std::string SurvivorsGpuEnvironment::SkipReason() const { return Scenario().skip; }
+
+bool SurvivorsGpuEnvironment::verbose() const { return Scenario().layout.rank == 0; }
 
 }  // namespace testing
 }  // namespace tfring

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/core/coordinator.h"
@@ -23,6 +25,30 @@ std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const Pro
 // producers' events) and reduced over MPI.
 std::unique_ptr<Coordinator> NewStagingCoordinator(const MpiContext& mpi,
                                                    const ProcessLayout& layout, Options options);
+
+// The job of a GPU scenario one of whose ranks dies (scenario_nccl_*.cc): MPI's world, this
+// rank's GPU, and why the scenario cannot run here, if it cannot.
+struct ScenarioJob {
+  MpiContext mpi;
+  ProcessLayout layout;
+  int device = -1;
+  std::string skip;
+};
+ScenarioJob& Scenario();
+
+// Sets the scenario's job up; each survivor judges its tests alone (an agreement across
+// ranks would need the dead one). A scenario that needs more than a GPU says what it lacks
+// in Unsupported().
+class SurvivorsGpuEnvironment : public Environment {
+ public:
+  void SetUp() override;
+  void TearDown() override;
+  std::string SkipReason() const override;
+  bool verbose() const override;
+
+ protected:
+  virtual std::string Unsupported() const { return ""; }
+};
 
 }  // namespace testing
 }  // namespace tfring

@@ -20,46 +20,15 @@
 #include <thread>
 
 #include "tests/cpp/collective_util.h"
-#include "tests/cpp/gpu_ranks.h"
 #include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
-#include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
-#include "tfring/kernels/common/logging.h"
 
 namespace tfring {
 namespace testing {
 namespace {
 
-MpiContext g_mpi;
-ProcessLayout g_layout;
-int g_device = -1;
-std::string g_skip;
-
-// Each survivor judges alone: an agreement across ranks would need the dead one.
-class SurvivorsEnvironment : public Environment {
- public:
-  void SetUp() override {
-    Status s = g_mpi.Initialize(WorldChoice(), &g_layout);
-    if (!s.ok()) DieInSetup("MPI", s);
-    SetLogRank(g_layout.rank);
-    std::string skip = CudaUnavailableReason();
-    if (skip.empty()) g_device = TestDevice(g_layout.local_rank, g_layout.local_size, &skip);
-    int mine = skip.empty() ? 0 : 1, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, g_mpi.world());
-    if (any) {
-      g_skip = skip.empty() ? "another rank has no usable GPU" : skip;
-      return;
-    }
-    if (cudaSetDevice(g_device) != cudaSuccess) {
-      DieInSetup("the GPU", Status::Internal("cannot use GPU " + std::to_string(g_device)));
-    }
-  }
-  void TearDown() override { g_mpi.Finalize(); }
-  std::string SkipReason() const override { return g_skip; }
-  bool verbose() const override { return g_layout.rank == 0; }
-};
-TFRING_TEST_ENVIRONMENT(SurvivorsEnvironment);
+TFRING_TEST_ENVIRONMENT(SurvivorsGpuEnvironment);
 
 void* DeviceBuffer(int64_t bytes) {
   void* p = nullptr;
@@ -79,7 +48,7 @@ std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& nam
   e.request.dtype = DataType::kFloat32;
   e.request.shape = {count};
   e.request.on_device = true;
-  e.device = g_device;
+  e.device = Scenario().device;
   e.input = in;
   e.output = out;
   e.done = [done](const Status& s) { done->set_value(s); };
@@ -92,27 +61,27 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
-  ASSERT_TRUE(g_layout.size >= 2) << "run it with 2 ranks or more";
+  ASSERT_TRUE(Scenario().layout.size >= 2) << "run it with 2 ranks or more";
   Options options;
   options.peer_timeout_seconds = 30;  // longer than the checks below: the notice must act
-  std::unique_ptr<Coordinator> c = NewNcclCoordinator(g_mpi, g_layout, options);
+  std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
   // 1 GiB: through sockets it takes over half a second, so the kill lands mid-op.
   const int64_t count = int64_t{256} << 20;
   void* in = DeviceBuffer(count * 4);
   void* out = DeviceBuffer(count * 4);
   ASSERT_TRUE(SubmitDeviceAllreduce(c.get(), "warmup", 1024, in, out).get().ok());
-  const int victim = g_layout.size - 1;
+  const int victim = Scenario().layout.size - 1;
   const auto start = std::chrono::steady_clock::now();
   std::future<Status> big = SubmitDeviceAllreduce(c.get(), "big", count, in, out);
-  if (g_layout.rank == victim) {
+  if (Scenario().layout.rank == victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its kernels are running
     raise(SIGKILL);
   }
   ASSERT_TRUE(big.wait_for(std::chrono::seconds(60)) == std::future_status::ready)
-      << "rank " << g_layout.rank << ": the op neither finished nor failed in 60 s";
+      << "rank " << Scenario().layout.rank << ": the op neither finished nor failed in 60 s";
   const double seconds = SecondsSince(start);
   const Status s = big.get();
-  std::printf("rank %d: 'big' ended after %.3f s: %s\n", g_layout.rank, seconds,
+  std::printf("rank %d: 'big' ended after %.3f s: %s\n", Scenario().layout.rank, seconds,
               s.ToString().c_str());
   EXPECT_FALSE(s.ok());
   EXPECT_LT(seconds, 10.0);
@@ -126,7 +95,7 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   // Later GPU ops fail at once.
   const auto later_start = std::chrono::steady_clock::now();
   const Status later = SubmitDeviceAllreduce(c.get(), "later", 1024, in, out).get();
-  std::printf("rank %d: 'later' ended after %.3f s: %s\n", g_layout.rank,
+  std::printf("rank %d: 'later' ended after %.3f s: %s\n", Scenario().layout.rank,
               SecondsSince(later_start), later.ToString().c_str());
   EXPECT_FALSE(later.ok());
   // The control plane has lost the rank too by now: later ops fail at once, naming it.
@@ -134,9 +103,9 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   // A host collective needs the dead rank too: it must fail (naming it), not hang.
   const auto host_start = std::chrono::steady_clock::now();
   OpPtr host = SubmitAllreduce(c.get(), "host after", DataType::kFloat32, {6},
-                               TestValues(DataType::kFloat32, g_layout.rank, 6), ReduceOp::kSum);
+                               TestValues(DataType::kFloat32, Scenario().layout.rank, 6), ReduceOp::kSum);
   const Status host_status = WaitFor(host);
-  std::printf("rank %d: 'host after' ended after %.3f s: %s\n", g_layout.rank,
+  std::printf("rank %d: 'host after' ended after %.3f s: %s\n", Scenario().layout.rank,
               SecondsSince(host_start), host_status.ToString().c_str());
   EXPECT_FALSE(host_status.ok());
   EXPECT_LT(SecondsSince(host_start), 10.0);

@@ -20,49 +20,26 @@
 #include <vector>
 
 #include "tests/cpp/collective_util.h"
-#include "tests/cpp/gpu_ranks.h"
 #include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
-#include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
-#include "tfring/kernels/common/logging.h"
 
 namespace tfring {
 namespace testing {
 namespace {
 
-MpiContext g_mpi;
-ProcessLayout g_layout;
-int g_device = -1;
-std::string g_skip;
-
-// Each survivor judges alone: an agreement across ranks would need the dead one.
-class SurvivorsEnvironment : public Environment {
- public:
-  void SetUp() override {
-    Status s = g_mpi.Initialize(WorldChoice(), &g_layout);
-    if (!s.ok()) DieInSetup("MPI", s);
-    SetLogRank(g_layout.rank);
-    std::string skip = CudaUnavailableReason();
-    if (skip.empty()) g_device = TestDevice(g_layout.local_rank, g_layout.local_size, &skip);
-#if !defined(MPIX_ERR_PROC_FAILED)
-    if (skip.empty()) skip = "this MPI has no ULFM (MPIX_Comm_shrink)";
+// The survivors shrink the world with ULFM's calls, which this MPI must have.
+class ResetEnvironment : public SurvivorsGpuEnvironment {
+ protected:
+  std::string Unsupported() const override {
+#if defined(MPIX_ERR_PROC_FAILED)
+    return "";
+#else
+    return "this MPI has no ULFM (MPIX_Comm_shrink)";
 #endif
-    int mine = skip.empty() ? 0 : 1, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, g_mpi.world());
-    if (any) {
-      g_skip = skip.empty() ? "another rank cannot run it" : skip;
-      return;
-    }
-    if (cudaSetDevice(g_device) != cudaSuccess) {
-      DieInSetup("the GPU", Status::Internal("cannot use GPU " + std::to_string(g_device)));
-    }
   }
-  void TearDown() override { g_mpi.Finalize(); }
-  std::string SkipReason() const override { return g_skip; }
-  bool verbose() const override { return g_layout.rank == 0; }
 };
-TFRING_TEST_ENVIRONMENT(SurvivorsEnvironment);
+TFRING_TEST_ENVIRONMENT(ResetEnvironment);
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -72,7 +49,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 // and whether every element came back as the sum over the world's ranks.
 Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   const int64_t count = 1024;
-  std::vector<float> host(count, static_cast<float>(g_layout.rank + 1));
+  std::vector<float> host(count, static_cast<float>(Scenario().layout.rank + 1));
   void *in = nullptr, *out = nullptr;
   if (cudaMalloc(&in, count * 4) != cudaSuccess || cudaMalloc(&out, count * 4) != cudaSuccess ||
       cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
@@ -85,7 +62,7 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   e.request.dtype = DataType::kFloat32;
   e.request.shape = {count};
   e.request.on_device = true;
-  e.device = g_device;
+  e.device = Scenario().device;
   e.input = in;
   e.output = out;
   e.done = [done](const Status& s) { done->set_value(s); };
@@ -93,7 +70,7 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   Status s = status.wait_for(std::chrono::seconds(30)) == std::future_status::ready
                  ? status.get()
                  : Status::DeadlineExceeded("'" + name + "' did not end in 30 s");
-  const float want = g_layout.size * (g_layout.size + 1) / 2.0f;
+  const float want = Scenario().layout.size * (Scenario().layout.size + 1) / 2.0f;
   *right = s.ok() && cudaMemcpy(host.data(), out, count * 4, cudaMemcpyDeviceToHost) ==
                          cudaSuccess;
   for (float v : host) *right = *right && v == want;
@@ -104,11 +81,11 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
 
 TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
 #if defined(MPIX_ERR_PROC_FAILED)
-  ASSERT_TRUE(g_layout.size >= 3) << "run it with 3 ranks or more";
-  const int me = g_layout.rank, victim = g_layout.size - 1;
+  ASSERT_TRUE(Scenario().layout.size >= 3) << "run it with 3 ranks or more";
+  const int me = Scenario().layout.rank, victim = Scenario().layout.size - 1;
   Options options;
   options.peer_timeout_seconds = 30;
-  std::unique_ptr<Coordinator> c = NewNcclCoordinator(g_mpi, g_layout, options);
+  std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
   bool right = false;
   ASSERT_TRUE(DeviceSumOfRanks(c.get(), "before", &right).ok());
   EXPECT_TRUE(right);
@@ -126,21 +103,21 @@ TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
   EXPECT_LT(stop_seconds, 10.0);
   // What tfring.elastic does next: revoke the world, shrink it, start again on it.
   const auto restart = std::chrono::steady_clock::now();
-  MPI_Comm world = g_mpi.world(), alive = MPI_COMM_NULL;
+  MPI_Comm world = Scenario().mpi.world(), alive = MPI_COMM_NULL;
   MPIX_Comm_revoke(world);
   ASSERT_TRUE(MPIX_Comm_shrink(world, &alive) == MPI_SUCCESS);
-  g_mpi.AbandonWorld();
+  Scenario().mpi.AbandonWorld();
   WorldChoice choice;
   choice.kind = WorldChoice::Kind::kCommunicator;
   choice.fortran_handle = MPI_Comm_c2f(alive);
-  const Status again = g_mpi.Initialize(choice, &g_layout);
+  const Status again = Scenario().mpi.Initialize(choice, &Scenario().layout);
   ASSERT_TRUE(again.ok()) << again.ToString();
-  EXPECT_EQ(g_layout.size, victim);
-  EXPECT_EQ(g_layout.rank, me);
-  c = NewNcclCoordinator(g_mpi, g_layout, options);
+  EXPECT_EQ(Scenario().layout.size, victim);
+  EXPECT_EQ(Scenario().layout.rank, me);
+  c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
   const Status after = DeviceSumOfRanks(c.get(), "after", &right);
   std::printf("rank %d: old runtime stopped in %.3f s; new NCCL world of %d made and used in "
-              "%.3f s: %s, sums %s\n", me, stop_seconds, g_layout.size, SecondsSince(restart),
+              "%.3f s: %s, sums %s\n", me, stop_seconds, Scenario().layout.size, SecondsSince(restart),
               after.ToString().c_str(), right ? "right" : "WRONG");
   EXPECT_TRUE(after.ok()) << after.ToString();
   EXPECT_TRUE(right);
