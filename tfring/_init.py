@@ -3,6 +3,7 @@ process sets (tfring/process_sets.py). It sits above both: process sets need the
 rank and size, so the runtime cannot be the one to register them."""
 
 from tfring import runtime
+from tfring._elastic_members import MEMBERS, discovery_active
 from tfring.process_sets import add_process_set, is_registered
 
 # What the running job was started on (init's `comm`): elastic training (tfring/elastic.py)
@@ -38,6 +39,9 @@ def init(comm=None, process_sets=None):
         RuntimeError: MPI could not be initialized.
     """
     global _job_comm
+    if comm is None and discovery_active():
+        # A worker an elastic job started to grow (tfring/_elastic_members.py) joins it.
+        comm = MEMBERS.join_parent()
     runtime.start(comm)
     _job_comm = comm
     if process_sets and process_sets != "dynamic":

@@ -9,19 +9,25 @@ starts again on the ranks left (MPI's revoke and shrink of the job's communicato
 ranks are renumbered, `size()` shrinks), the reset callbacks run, the state is synchronized
 from the new rank 0, and the function runs again from there.
 
-Not yet (docs/coming-from-horovod.md): new workers joining (host discovery), tfringrun's
-flags that add workers (--max-np, --host-discovery-script). Process sets made before a
-reset are refused afterwards (their ranks named the old numbering). The Keras callbacks are in tfring.keras.elastic; tfringrun's
---min-np and --reset-limit reach `run` as TFRING_ELASTIC_MIN_NP and _RESET_LIMIT.
+Under tfringrun --host-discovery-script, workers also join: when the script reports more
+slots, every worker's `check_host_updates()` (each `commit()`) raises HostsUpdatedInterrupt
+at the same commit, and `run` starts the new workers, re-forms the job with them (`size()`
+grows) and syncs the state to them from rank 0 (tfring/_elastic_members.py says how).
+
+Process sets made before a reset are refused afterwards (their ranks named the old
+numbering). The Keras callbacks are in tfring.keras.elastic; tfringrun's elastic flags reach
+`run` as TFRING_ELASTIC_* variables.
 """
 
 import functools
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from tfring import _init, process_sets, runtime
+from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
 
 
@@ -61,9 +67,16 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt when workers are to join. tfring's job has a fixed
-        set of hosts today (host discovery is not yet supported): nothing is ever added, so
-        this returns at once, without a collective."""
+        """Raises HostsUpdatedInterrupt on every worker alike when workers are to join: rank
+        0 reads what tfringrun's host discovery found and broadcasts its plan (a small
+        collective). Without a discovery script the set of hosts is fixed, and this returns
+        at once, without a collective."""
+        if not discovery_active():
+            return
+        plan = _agree(lambda comm: MEMBERS.agree_on_update(comm))
+        if plan["add"] or plan["leave"]:
+            # With workers only leaving, the others all hold this commit: no sync needed.
+            raise HostsUpdatedInterrupt(skip_sync=not plan["add"])
 
     def save(self):
         raise NotImplementedError
@@ -97,6 +110,16 @@ class ObjectState(State):
     def _set_attrs(self):
         for name, value in self._saved_state.items():
             setattr(self, name, value)
+
+
+def _build_optimizer(optimizer, model):
+    if optimizer is None or not hasattr(optimizer, "build"):
+        return
+    built = getattr(optimizer, "built", None)  # Keras 3
+    if built is None:
+        built = getattr(optimizer, "_built", False)  # tf_keras
+    if not built:
+        optimizer.build(model.trainable_variables)
 
 
 def _optimizer_variables(optimizer):
@@ -139,6 +162,9 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self):
+        # A worker that has just joined has not built its optimizer, the others have:
+        # building it first gives every worker the same variables to broadcast.
+        _build_optimizer(self.optimizer, self.model)
         broadcast_variables(self._variables(), root_rank=0)
         self._save_model()
         super().sync()
@@ -230,31 +256,61 @@ class _Limits:
             raise ValueError(f"{key}={value!r}: expected a whole number")
         return int(value)
 
-    def check_reset_allowed(self, resets_done, error):
+    def check_reset_allowed(self, resets_done, why):
+        """Horovod's --reset-limit counts every change of the job's size, up or down."""
         if self.reset_limit is not None and resets_done >= self.reset_limit:
             raise RuntimeError(
-                f"tfring.elastic: a worker was lost again after {resets_done} reset(s), and "
-                f"--reset-limit {self.reset_limit} allows no more; the job stops here. The "
-                f"failure: {error}") from error
+                f"tfring.elastic: the job's workers changed again after {resets_done} "
+                f"reset(s), and --reset-limit {self.reset_limit} allows no more; the job "
+                f"stops here. What changed: {why}") from (
+                    why if isinstance(why, BaseException) else None)
 
-    def check_enough_workers(self, left):
+    def check_enough_workers(self, left, waited=None):
         if self.min_np is not None and left < self.min_np:
+            wait = ("no worker can join (no --host-discovery-script), so there is nothing "
+                    "to wait for" if waited is None else
+                    f"no host offered more within --elastic-timeout {waited} s")
             raise RuntimeError(
                 f"tfring.elastic: {left} worker(s) are left and --min-np needs {self.min_np}; "
-                "the job cannot go on (no worker can join yet, so there is nothing to wait "
-                "for)")
+                f"the job cannot go on ({wait})")
 
 
-def _reset(limits):
-    """Starts tfring again on the ranks still alive (MPI fault tolerance: revoke, shrink)."""
+def _agree(step, comm=None):
+    """Runs `step(comm)` (mpi4py messages; on the job's communicator by default); a lost
+    worker there becomes HorovodInternalError, as a lost worker in a collective is."""
+    from mpi4py import MPI
+
+    try:
+        return step(comm if comm is not None else _job_comm())
+    except MPI.Exception as e:
+        raise HorovodInternalError(f"a worker was lost while the workers agreed on the "
+                                   f"job's hosts: {e}") from e
+
+
+def _job_comm():
     from mpi4py import MPI
 
     comm = _init.job_communicator()
     if comm is None:
-        comm = MPI.COMM_WORLD
-    elif not hasattr(comm, "Shrink"):
+        return MPI.COMM_WORLD
+    if not hasattr(comm, "Shrink"):
         raise RuntimeError("elastic training needs tfring.init() or tfring.init(comm=<an mpi4py "
                            "communicator>), not a list of ranks")
+    return comm
+
+
+def _restart_on(comm):
+    _init.init(comm=comm)
+    process_sets.new_world()
+
+
+def _reset_after_loss(limits):
+    """Starts tfring again on the ranks still alive (MPI fault tolerance: revoke, shrink);
+    below --min-np, waits for the host discovery to offer enough new workers."""
+    from mpi4py import MPI
+
+    comm = _job_comm()
+    old_labels = MEMBERS.labels if MEMBERS.labels_comm is comm else None
     runtime.shutdown()
     try:
         comm.Revoke()
@@ -263,34 +319,67 @@ def _reset(limits):
         raise RuntimeError("a worker was lost and the job cannot be re-formed without MPI's "
                            "fault tolerance: run under `mpirun --with-ft ulfm` (Open MPI 5) "
                            f"({e})") from e
-    limits.check_enough_workers(alive.Get_size())
-    _init.init(comm=alive)
-    process_sets.new_world()
+    alive.Set_errhandler(MPI.ERRORS_RETURN)
+    if not discovery_active():
+        limits.check_enough_workers(alive.Get_size())
+    else:
+        MEMBERS.note_shrink(old_labels, alive)
+        if limits.min_np is not None and alive.Get_size() < limits.min_np:
+            waited = timeout_seconds()
+            if MEMBERS.agree_on_update(alive, min_workers=limits.min_np, timeout=waited)["add"]:
+                alive = MEMBERS.grow(alive)
+            limits.check_enough_workers(alive.Get_size(), waited)
+    _restart_on(alive)
+
+
+def _change_hosts():
+    """Carries out the plan the last check_host_updates agreed on: the ranks on hosts the
+    discovery no longer offers leave (their processes end here), then the new workers start
+    and join; tfring starts again on the job so made (the ranks kept keep their order; the
+    new ones follow)."""
+    me = runtime.rank()
+    runtime.shutdown()
+    comm = _agree(MEMBERS.leave) if MEMBERS.pending["leave"] else _job_comm()
+    if comm is None:
+        print(f"tfring.elastic: the host discovery no longer offers the slot of rank {me} on "
+              f"{MEMBERS.my_label}; it leaves the job and its process ends", flush=True)
+        sys.stderr.flush()
+        # Not sys.exit: the script's code after run() would take the job for finished, and
+        # MPI_Finalize would wait for the job's end (spinning) before the process could end.
+        os._exit(0)
+    if MEMBERS.pending["add"]:
+        comm = _agree(MEMBERS.grow, comm)
+    _restart_on(comm)
 
 
 def run(func):
-    """Decorator: runs `func(state, ...)` until it returns, through lost workers (above)."""
+    """Decorator: runs `func(state, ...)` until it returns, through lost and new workers
+    (above)."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         limits = _Limits()
         resets = 0
-        reset_required = False
+        reset = None
+        skip_sync = False
         while True:
-            if reset_required:
-                _reset(limits)
+            if reset is not None:
+                reset()
                 resets += 1
                 state.on_reset()
             try:
-                state.sync()
+                if not skip_sync:
+                    state.sync()
                 return func(state, *args, **kwargs)
-            except HostsUpdatedInterrupt:
-                pass
+            except HostsUpdatedInterrupt as e:
+                # Every worker raised it at the same commit: nothing to roll back.
+                limits.check_reset_allowed(resets, e)
+                reset, skip_sync = _change_hosts, e.skip_sync
             except (tf.errors.OpError, HorovodInternalError) as e:
                 if not _lost_a_worker(e):
                     raise
                 limits.check_reset_allowed(resets, e)
                 state.restore()
-            reset_required = True
+                reset, skip_sync = functools.partial(_reset_after_loss, limits), False
 
     return wrapper

@@ -5,6 +5,7 @@
     tfringrun -np 4 -H host1:2,host2:2 python train.py
     tfringrun -np 8 --hostfile hosts python train.py # lines "host slots=N" (or "host:N")
     tfringrun -np 3 --min-np 2 python train.py       # elastic: goes on if one worker is lost
+    tfringrun -np 2 --min-np 2 --max-np 4 --host-discovery-script ./hosts.sh python train.py
 
 It builds one `mpirun` command line (printed with --verbose) for the `mpirun` beside the
 `mpicxx` tfring builds with, exports tfring's settings and the Python environment to
@@ -20,6 +21,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+
+from tfringrun import discovery
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
 # screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
@@ -151,11 +155,6 @@ def mpi_flavor(mpirun):
     return "openmpi" if "Open MPI" in version or "OpenRTE" in version else "mpich"
 
 
-# horovodrun's flags for workers that join a running job (host discovery): known, refused
-# with a clear message until tfring can add workers.
-NOT_YET_ELASTIC = ("--max-np", "--host-discovery-script", "--elastic-timeout", "--slots")
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="tfringrun", description=__doc__.split("\n\n")[0],
@@ -179,14 +178,20 @@ def parse_args(argv):
     p.add_argument("--no-huge-pages", action="store_true",
                    help="leave malloc's transparent huge pages off (see docs/settings.md)")
     elastic = p.add_argument_group(
-        "elastic training (tfring.elastic; docs/elastic.md): a fixed set of workers that may "
-        "lose members, under MPI's fault tolerance (Open MPI's --with-ft ulfm)")
+        "elastic training (tfring.elastic; docs/elastic.md), under MPI's fault tolerance "
+        "(Open MPI's --with-ft ulfm): workers may be lost, and join from host discovery")
     elastic.add_argument("--min-np", type=int,
                          help="fewest workers to go on with; below it every worker stops")
+    elastic.add_argument("--max-np", type=int,
+                         help="most workers host discovery may grow the job to")
     elastic.add_argument("--reset-limit", type=int,
-                         help="most resets (lost workers) the job goes through")
-    for flag in NOT_YET_ELASTIC:
-        elastic.add_argument(flag, help=argparse.SUPPRESS)
+                         help="most resets (workers lost or joined) the job goes through")
+    elastic.add_argument("--host-discovery-script",
+                         help="prints the hosts ('host:slots' lines), run every second")
+    elastic.add_argument("--slots", type=int,
+                         help="slots of a host the script prints without them (default 1)")
+    elastic.add_argument("--elastic-timeout", type=int,
+                         help="seconds to wait for --min-np workers (default 600)")
     p.add_argument("--verbose", action="store_true", help="print the mpirun command line")
     p.add_argument("--mpi-args", default="",
                    help="more options for mpirun itself, as one quoted string")
@@ -201,11 +206,7 @@ def parse_args(argv):
             p.error("give -H or --hostfile, not both")
         if args.hostfile and not os.path.exists(args.hostfile):
             p.error(f"--hostfile {args.hostfile}: no such file")
-        for flag in NOT_YET_ELASTIC:
-            if getattr(args, flag[2:].replace("-", "_")) is not None:
-                p.error(f"{flag}: workers joining a running job is not supported yet; "
-                        "--min-np and --reset-limit work with a fixed set of workers "
-                        "(docs/elastic.md)")
+        _check_elastic_args(p, args)
         if args.min_np is not None and args.min_np < 1:
             p.error(f"--min-np must be at least 1. Received: {args.min_np}")
         if args.min_np is not None and args.np is not None and args.min_np > args.np:
@@ -215,8 +216,28 @@ def parse_args(argv):
     return args
 
 
+def _check_elastic_args(p, args):
+    if args.host_discovery_script is None:
+        for flag in ("max_np", "slots", "elastic_timeout"):
+            if getattr(args, flag) is not None:
+                p.error(f"--{flag.replace('_', '-')} works with --host-discovery-script (without "
+                        "one, the hosts are fixed and no worker can join)")
+        return
+    if args.hosts or args.hostfile:
+        p.error("give --host-discovery-script, or -H/--hostfile, not both")
+    for flag in ("max_np", "slots", "elastic_timeout"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1. Received: {value}")
+    if args.max_np is not None:
+        for other, value in (("--min-np", args.min_np), ("-np", args.np)):
+            if value is not None and value > args.max_np:
+                p.error(f"{other} {value} is more than --max-np {args.max_np}")
+
+
 def is_elastic(args):
-    return args.min_np is not None or args.reset_limit is not None
+    return (args.min_np is not None or args.reset_limit is not None or
+            args.host_discovery_script is not None)
 
 
 def settings_env(args):
@@ -240,6 +261,10 @@ def settings_env(args):
         env["TFRING_ELASTIC_MIN_NP"] = str(args.min_np)
     if args.reset_limit is not None:
         env["TFRING_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
+    if args.max_np is not None:
+        env["TFRING_ELASTIC_MAX_NP"] = str(args.max_np)
+    if args.elastic_timeout is not None:
+        env["TFRING_ELASTIC_TIMEOUT"] = str(args.elastic_timeout)
     return env
 
 
@@ -298,7 +323,8 @@ def build_command(args, env, mpirun, flavor, is_root):
             cmd += ["-x", k]
     else:
         if is_elastic(args):
-            raise SystemExit("tfringrun: elastic training (--min-np, --reset-limit) needs Open "
+            raise SystemExit("tfringrun: elastic training (--min-np, --reset-limit, host "
+                             "discovery) needs Open "
                              "MPI 5's fault tolerance (--with-ft ulfm); this mpirun is "
                              f"{flavor}'s")
         if args.hosts:
@@ -325,17 +351,39 @@ def main(argv=None):
         with open(hostfile_copy, "w") as f:
             f.write("\n".join(lines) + "\n")
         args.hostfile = hostfile_copy
-    cmd, env = build_command(args, os.environ, mpirun, flavor, os.geteuid() == 0)
+    env = dict(os.environ)
+    loop = scratch = None
+    if args.host_discovery_script:
+        scratch = tempfile.mkdtemp(prefix="tfringrun-")
+        loop = discovery.DiscoveryLoop(args.host_discovery_script,
+                                       os.path.join(scratch, "hosts.json"), args.slots or 1)
+        env.update(start_discovered(args, loop))
+    cmd, env = build_command(args, env, mpirun, flavor, os.geteuid() == 0)
     if args.verbose:
         print("tfringrun: " + shlex.join(cmd), file=sys.stderr, flush=True)
     try:
+        if loop:
+            loop.start()
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
         return 130
     finally:
+        if loop:
+            loop.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
         if hostfile_copy:
             os.unlink(hostfile_copy)
 
+
+def start_discovered(args, loop):
+    """Waits for the discovery to offer --min-np slots, places the first workers on them
+    (args.np and args.hosts are set), and returns what the workers need to know of it."""
+    timeout = args.elastic_timeout or 600
+    hosts = loop.wait_for_slots(args.min_np or 1, timeout)
+    placed = discovery.assign_start(hosts, args.np, args.max_np)
+    args.np = sum(count for _, count in placed)
+    args.hosts = ",".join(f"{host}:{count}" for host, count in placed)
+    return {"TFRING_ELASTIC_HOSTS_FILE": loop.path, "TFRING_ELASTIC_START_HOSTS": args.hosts}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -102,7 +102,11 @@ def _custom_loop(kills):
             state.commit()
 
     workers = tfring.size()
-    train(state)
+    try:
+        train(state)
+    except RuntimeError:
+        print(f"rank {me}: stopped at {time.time():.3f}", flush=True)
+        raise
     schedule = []
     for step in range(20):  # each kill leaves one worker fewer from its batch on
         schedule.append((workers - sum(1 for b in kills if b <= step), step, 0.05))
@@ -117,6 +121,94 @@ def elastic_custom_loop():
 
 def elastic_two_kills():
     _custom_loop({4: 3, 8: 2})  # of 4 workers
+
+
+def _discovered_loop(event):
+    """A custom loop under tfringrun --host-discovery-script "cat $TFRING_TEST_HOSTS" whose
+    job changes size: `event(batch)` (run by every worker before each batch) may rewrite
+    that file or kill this worker. The reset callbacks scale the learning rate to the new
+    size; the state carries the schedule (workers and learning rate per batch, rolled back
+    with the rest), so that at the end every worker, joined ones too, checks its weights
+    against numpy's replay of the batches the job kept."""
+    import keras
+    from tfring import elastic
+
+    base_lr = 0.02
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(base_lr * tfring.size())
+    state = elastic.TensorFlowKerasState(model, opt, batch=0, schedule=(), start=None)
+    sizes_at_reset = []
+
+    def on_reset():
+        sizes_at_reset.append(tfring.size())
+        opt.learning_rate.assign(base_lr * tfring.size())
+        say(f"reset at batch {state.batch}: now of {tfring.size()}, at {time.time():.3f}")
+
+    state.register_reset_callbacks([on_reset])
+    say(f"started as rank {tfring.rank()} of {tfring.size()} at {time.time():.3f}")
+
+    @elastic.run
+    def train(state):
+        if state.start is None:
+            state.start = [w.numpy().copy() for w in model.trainable_variables]
+        while state.batch < 40:
+            event(state.batch)
+            x, y = batch_of(state.batch, tfring.rank())
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = tfring.DistributedGradientTape(tape).gradient(
+                loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            state.schedule += ((tfring.size(), state.batch, float(opt.learning_rate.numpy())),)
+            state.batch += 1
+            time.sleep(0.1)  # a step's time, for the discovery (every second) to see a change
+            state.commit()
+
+    train(state)
+    report(state, [v.numpy() for v in model.trainable_variables],
+           numpy_sgd(state.start, state.schedule), sizes_at_reset, tfring.rank())
+    tfring.shutdown()
+
+
+def _write_hosts(text):
+    with open(os.environ["TFRING_TEST_HOSTS"], "w") as f:
+        f.write(text)
+    say(f"wrote hosts {text.split()} at {time.time():.3f}")
+
+
+def elastic_grows():
+    """Started as 2 workers on 'localhost:2'; rank 0 offers a third slot at batch 3. At a
+    commit soon after, the job grows to 3 (the third worker is this script, spawned)."""
+    def event(batch):
+        if batch == 3 and tfring.rank() == 0 and tfring.size() == 2:
+            _write_hosts("localhost:3\n")
+
+    _discovered_loop(event)
+
+
+def elastic_host_leaves():
+    """Started as 3 workers on 'localhost:3'; rank 0 offers one slot fewer at batch 3. At a
+    commit soon after, the last worker leaves (its process ends) and the other 2 go on."""
+    def event(batch):
+        if batch == 3 and tfring.rank() == 0 and tfring.size() == 3:
+            _write_hosts("localhost:2\n")
+
+    _discovered_loop(event)
+
+
+def elastic_replaced():
+    """Started as 3 workers on 'localhost:3' with --min-np 3; at batch 8 rank 2 offers a new
+    host ('127.0.0.1', this machine under another name) and dies. localhost is blacklisted
+    for the loss, so the 2 left wait for the discovery to offer a worker elsewhere, start it
+    on 127.0.0.1 and go on as 3 from their last commit."""
+    def event(batch):
+        if batch == 8 and tfring.rank() == 2 and tfring.size() == 3 and not joined:
+            _write_hosts("localhost:3\n127.0.0.1:1\n")
+            say(f"killing myself at {time.time():.3f}")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    joined = os.environ.get("OMPI_COMM_WORLD_SIZE") == "1"  # the replacement's own world
+    _discovered_loop(event)
 
 
 def tf1_session():
@@ -160,6 +252,35 @@ def tf1_session():
     tfring.shutdown()
 
 
+def _keras_job(hvd, keras, base_lr, with_schedule=False):
+    """Horovod's Keras elastic set-up: a compiled model with the distributed optimizer,
+    KerasState (with the schedule and start weights when asked), and a reset callback that
+    scales the learning rate to the new size. Returns (model, state, sizes seen at resets)."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
+                  loss="mse")
+    extra = (dict(schedule=(), start=[w.numpy() for w in model.trainable_variables])
+             if with_schedule else {})
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0, **extra)
+    sizes_at_reset = []
+
+    def on_state_reset():
+        sizes_at_reset.append(hvd.size())
+        model.optimizer.learning_rate.assign(base_lr * hvd.size())
+
+    state.register_reset_callbacks([on_state_reset])
+    return model, state, sizes_at_reset
+
+
+def _fit(hvd, model, state, steps, epochs, callbacks):
+    """model.fit on this rank's `steps` batches, from the committed epoch on."""
+    batches = [batch_of(step, hvd.rank()) for step in range(steps)]
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    model.fit(x, y, batch_size=8, shuffle=False, epochs=epochs - state.epoch,
+              callbacks=callbacks, verbose=0)
+
+
 def keras_fit():
     """Horovod's Keras elastic example (tensorflow2_keras_mnist_elastic.py) with the import
     changed: KerasState, the three callbacks, a reset callback that scales the learning rate
@@ -174,17 +295,7 @@ def keras_fit():
 
     me = hvd.rank()
     steps, epochs, base_lr = 6, 3, 0.02
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
-                  loss="mse")
-    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
-    sizes_at_reset = []
-
-    def on_state_reset():
-        sizes_at_reset.append(hvd.size())
-        model.optimizer.learning_rate.assign(base_lr * hvd.size())
-
-    state.register_reset_callbacks([on_state_reset])
+    model, state, sizes_at_reset = _keras_job(hvd, keras, base_lr)
 
     class KillAt(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -204,11 +315,7 @@ def keras_fit():
     def train(state):
         if not start:
             start[:] = [w.numpy().copy() for w in model.trainable_variables]
-        batches = [batch_of(step, hvd.rank()) for step in range(steps)]
-        x = np.concatenate([b[0] for b in batches])
-        y = np.concatenate([b[1] for b in batches])
-        model.fit(x, y, batch_size=8, shuffle=False, epochs=epochs - state.epoch,
-                  callbacks=callbacks, verbose=0)
+        _fit(hvd, model, state, steps, epochs, callbacks)
 
     train(state)
     schedule = ([(3, step, 3 * base_lr) for step in range(steps)] +      # epoch 0
@@ -216,6 +323,43 @@ def keras_fit():
                 [(2, step, 2 * base_lr) for step in range(steps)] * 2)   # epochs 1 and 2 again
     report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
            sizes_at_reset, me)
+    hvd.shutdown()
+
+
+def keras_fit_grows():
+    """Horovod's Keras elastic pattern (KerasState, the three callbacks, @run around fit)
+    under host discovery: started as 2 workers on 'localhost:2'; rank 0 offers a third slot
+    at the start of epoch 1. At a batch's commit soon after, `fit` stops on every worker
+    (HostsUpdatedInterrupt), the third joins, and `fit` runs again from the committed epoch
+    as 3 (Keras runs whole epochs: that epoch starts again at its first batch, from the
+    weights of its last commit). The state carries the schedule of the batches trained, for
+    numpy's replay. Keras 3, or tf_keras when the test sets TF_USE_LEGACY_KERAS=1."""
+    import tfring.keras as hvd
+
+    keras = tf.keras
+    say("runs tf_keras" if keras.__name__.startswith("tf_keras") else "runs Keras 3")
+    steps, epochs, base_lr = 6, 4, 0.02
+    model, state, sizes_at_reset = _keras_job(hvd, keras, base_lr, with_schedule=True)
+
+    class Schedule(keras.callbacks.Callback):
+        """Before the commit: which batch ran on how many workers, at what rate."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1 and hvd.rank() == 0 and hvd.size() == 2:
+                _write_hosts("localhost:3\n")
+
+        def on_train_batch_end(self, batch, logs=None):
+            lr = float(keras.backend.get_value(model.optimizer.learning_rate))
+            state.schedule += ((hvd.size(), batch, lr),)
+            time.sleep(0.15)  # a step's time, for the discovery to see the change
+
+    callbacks = [Schedule(), hvd.elastic.CommitStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state)]
+
+    hvd.elastic.run(lambda state: _fit(hvd, model, state, steps, epochs, callbacks))(state)
+    report(state, [v.numpy() for v in model.trainable_variables],
+           numpy_sgd(state.start, state.schedule), sizes_at_reset, hvd.rank())
     hvd.shutdown()
 
 

@@ -9,19 +9,7 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
-
-
-def run_scenario(name, env=None, timeout=90, mpirun_options=(), ranks=2, script="scenarios.py"):
-    full_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                    TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    start = time.time()
-    proc = subprocess.run([MPIRUN, *mpirun_options, "--oversubscribe", "-np", str(ranks),
-                           sys.executable,
-                           os.path.join(HERE, script), name],
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-    return proc.returncode, proc.stdout + proc.stderr, time.time() - start
+from _scenario_run import HERE, MPIRUN, run_scenario
 
 
 def test_shape_mismatch_fails_on_every_rank_with_names():
@@ -95,96 +83,6 @@ def test_survivors_start_tfring_again_on_the_ranks_left_under_ulfm():
         # The ranks left, renumbered: 0 and 1 of 2, summing their own values 1 and 2.
         assert re.search(rf"rank {rank}: re-formed as rank {rank} of 2 in [0-9.]+ s: sum 3.0",
                          out), out
-
-
-def _elastic_survivors(scenario, finished, env=None):
-    """Runs an elastic scenario at 3 ranks under ULFM (rank 2 is killed mid-training), checks
-    that the survivors' weights match numpy's replay and each other; returns the output."""
-    _, out, _ = run_scenario(scenario, ranks=3, timeout=180, script="elastic_scenarios.py",
-                             mpirun_options=("--with-ft", "ulfm"), env=env)
-    assert re.search(r"rank 2: killing myself", out), out
-    _assert_two_survivors_agree(out, finished, "[2]")
-    return out
-
-
-def _assert_two_survivors_agree(out, finished, sizes):
-    """Ranks 0 and 1 of 2 finished as `finished` says, their resets saw `sizes`, their
-    weights match numpy's replay and each other's."""
-    weights = []
-    for rank in (0, 1):
-        done = re.search(rf"rank {rank}: finished at {finished} as rank {rank} of 2, resets saw "
-                         rf"sizes {re.escape(sizes)}, matches numpy: True, weights (.*)", out)
-        assert done, out
-        weights.append(done.group(1))
-    assert weights[0] == weights[1], out
-
-
-def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
-    # Horovod's elastic pattern (tfring.elastic): a worker killed mid-training; the others
-    # roll back to their last commit, re-form, and finish with weights that match numpy's
-    # run of the same schedule (3 workers for batches 0-7, then 2) and each other.
-    out = _elastic_survivors("elastic_custom_loop", finished="epoch - batch 20")
-    # A process set made before the reset names ranks of the old numbering: refused.
-    for rank in (0, 1):
-        assert (f"rank {rank}: old process set refused: tfring.allreduce: process set [0, 1] "
-                "was made before the job lost a worker") in out, out
-
-
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights(legacy):
-    # tfring.keras.elastic as Horovod's Keras example uses it: KerasState, the commit, batch
-    # and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run.
-    out = _elastic_survivors("keras_fit", finished="epoch 3 batch 0",
-                             env={"TF_USE_LEGACY_KERAS": legacy})
-    assert f"rank 0: runs {'tf_keras' if legacy == '1' else 'Keras 3'}" in out, out
-
-
-def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
-    # TensorFlowState over a TF1 graph's variables and session, with the TF1
-    # DistributedOptimizer: the same schedule and checks as the custom loop above.
-    _elastic_survivors("tf1_session", finished="epoch - batch 20")
-
-
-def _tfringrun_elastic(flags, scenario, ranks):
-    tfringrun = os.path.join(os.path.dirname(sys.executable), "tfringrun")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    start = time.time()
-    proc = subprocess.run([tfringrun, "-np", str(ranks), *flags, sys.executable,
-                           os.path.join(HERE, "elastic_scenarios.py"), scenario],
-                          capture_output=True, text=True, timeout=180, env=env)
-    return proc.returncode, proc.stdout + proc.stderr, time.time() - start
-
-
-def _two_kills(flags):
-    """4 workers; the one started as rank 3 dies at batch 4, then rank 2 at batch 8. Returns
-    mpirun's status and the output, after checking that the first reset re-formed the job
-    at 3 on every survivor."""
-    rc, out, _ = _tfringrun_elastic(flags, "elastic_two_kills", ranks=4)
-    assert re.search(r"rank 3: killing myself", out), out
-    for rank in (0, 1, 2):
-        assert f"rank {rank}: reset at batch 4: now rank {rank} of 3" in out, out
-    assert re.search(r"rank 2: killing myself", out), out
-    return rc, out
-
-
-def test_tfringrun_min_np_stops_every_survivor_with_the_counts():
-    # tfringrun --min-np turns on MPI's fault tolerance and passes the floor on: 4 workers
-    # with --min-np 3 go on at 3 after the first loss, and the second stops both survivors,
-    # each saying how many are left and how many are needed.
-    rc, out = _two_kills(["--min-np", "3"])
-    assert rc != 0, out
-    assert out.count("2 worker(s) are left and --min-np needs 3; the job cannot go on") >= 2, out
-    assert "finished at" not in out, out
-
-
-def test_tfringrun_reset_limit_allows_that_many_resets_then_stops():
-    # Repeated kills up to --reset-limit 1: the first reset goes through, the second loss
-    # stops the 2 left, saying why. (The elastic tests above finish after a reset.)
-    rc, out = _two_kills(["--reset-limit", "1"])
-    assert rc != 0, out
-    message = "after 1 reset(s), and --reset-limit 1 allows no more; the job stops here"
-    assert out.count(message) >= 2, out
-    assert "finished at" not in out, out
 
 
 def test_rank_that_never_submits_fails_every_rank_after_stall_shutdown_time():

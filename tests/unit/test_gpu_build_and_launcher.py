@@ -190,10 +190,16 @@ def test_bad_elastic_arguments_are_clear(capsys):
     for argv, needle in ((["-np", "2", "--min-np", "3", "python"], "--min-np 3 is more than -np 2"),
                          (["--min-np", "0", "python"], "--min-np must be at least 1"),
                          (["--reset-limit", "-1", "python"], "--reset-limit must be 0 or more"),
-                         (["--host-discovery-script", "d.sh", "python"],
-                          "--host-discovery-script: workers joining a running job is not "
-                          "supported yet"),
-                         (["--max-np", "4", "python"], "--max-np: workers joining")):
+                         (["--max-np", "4", "python"],
+                          "--max-np works with --host-discovery-script"),
+                         (["--elastic-timeout", "5", "python"],
+                          "--elastic-timeout works with --host-discovery-script"),
+                         (["--host-discovery-script", "d.sh", "-H", "a:1", "python"],
+                          "not both"),
+                         (["--host-discovery-script", "d.sh", "--min-np", "3", "--max-np",
+                           "2", "python"], "--min-np 3 is more than --max-np 2"),
+                         (["--host-discovery-script", "d.sh", "--slots", "0", "python"],
+                          "--slots must be at least 1")):
         with pytest.raises(SystemExit):
             launcher.parse_args(argv)
         assert needle in capsys.readouterr().err

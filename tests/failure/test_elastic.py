@@ -1,0 +1,179 @@
+"""Elastic training (tfring.elastic, tfring.keras.elastic, tfringrun's elastic flags) under
+MPI's fault tolerance: workers killed mid-training, workers joining from host discovery.
+Each scenario is in elastic_scenarios.py; its workers print how they finished."""
+
+import re
+
+import pytest
+
+from _scenario_run import run_scenario, run_tfringrun
+
+
+def _elastic_survivors(scenario, finished, env=None):
+    """Runs an elastic scenario at 3 ranks under ULFM (rank 2 is killed mid-training), checks
+    that the survivors' weights match numpy's replay and each other; returns the output."""
+    _, out, _ = run_scenario(scenario, ranks=3, timeout=180, script="elastic_scenarios.py",
+                             mpirun_options=("--with-ft", "ulfm"), env=env)
+    assert re.search(r"rank 2: killing myself", out), out
+    _assert_two_survivors_agree(out, finished, "[2]")
+    return out
+
+
+def _assert_two_survivors_agree(out, finished, sizes):
+    """Ranks 0 and 1 of 2 finished as `finished` says, their resets saw `sizes`, their
+    weights match numpy's replay and each other's."""
+    weights = []
+    for rank in (0, 1):
+        done = re.search(rf"rank {rank}: finished at {finished} as rank {rank} of 2, resets saw "
+                         rf"sizes {re.escape(sizes)}, matches numpy: True, weights (.*)", out)
+        assert done, out
+        weights.append(done.group(1))
+    assert weights[0] == weights[1], out
+
+
+def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
+    # Horovod's elastic pattern (tfring.elastic): a worker killed mid-training; the others
+    # roll back to their last commit, re-form, and finish with weights that match numpy's
+    # run of the same schedule (3 workers for batches 0-7, then 2) and each other.
+    out = _elastic_survivors("elastic_custom_loop", finished="epoch - batch 20")
+    # A process set made before the reset names ranks of the old numbering: refused.
+    for rank in (0, 1):
+        assert (f"rank {rank}: old process set refused: tfring.allreduce: process set [0, 1] "
+                "was made before the job lost a worker") in out, out
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_keras_elastic_fit_finishes_on_the_ranks_left_with_the_same_weights(legacy):
+    # tfring.keras.elastic as Horovod's Keras example uses it: KerasState, the commit, batch
+    # and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run.
+    out = _elastic_survivors("keras_fit", finished="epoch 3 batch 0",
+                             env={"TF_USE_LEGACY_KERAS": legacy})
+    assert f"rank 0: runs {'tf_keras' if legacy == '1' else 'Keras 3'}" in out, out
+
+
+def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
+    # TensorFlowState over a TF1 graph's variables and session, with the TF1
+    # DistributedOptimizer: the same schedule and checks as the custom loop above.
+    _elastic_survivors("tf1_session", finished="epoch - batch 20")
+
+
+def _two_kills(flags):
+    """4 workers; the one started as rank 3 dies at batch 4, then rank 2 at batch 8. Returns
+    mpirun's status and the output, after checking that the first reset re-formed the job
+    at 3 on every survivor."""
+    rc, out, _ = run_tfringrun(flags, "elastic_two_kills", ranks=4)
+    assert re.search(r"rank 3: killing myself", out), out
+    for rank in (0, 1, 2):
+        assert f"rank {rank}: reset at batch 4: now rank {rank} of 3" in out, out
+    assert re.search(r"rank 2: killing myself", out), out
+    return rc, out
+
+
+def test_tfringrun_min_np_stops_every_survivor_with_the_counts():
+    # tfringrun --min-np turns on MPI's fault tolerance and passes the floor on: 4 workers
+    # with --min-np 3 go on at 3 after the first loss, and the second stops both survivors,
+    # each saying how many are left and how many are needed.
+    rc, out = _two_kills(["--min-np", "3"])
+    assert rc != 0, out
+    assert out.count("2 worker(s) are left and --min-np needs 3; the job cannot go on") >= 2, out
+    assert "finished at" not in out, out
+
+
+def test_tfringrun_reset_limit_allows_that_many_resets_then_stops():
+    # Repeated kills up to --reset-limit 1: the first reset goes through, the second loss
+    # stops the 2 left, saying why. (The elastic tests above finish after a reset.)
+    rc, out = _two_kills(["--reset-limit", "1"])
+    assert rc != 0, out
+    message = "after 1 reset(s), and --reset-limit 1 allows no more; the job stops here"
+    assert out.count(message) >= 2, out
+    assert "finished at" not in out, out
+
+
+
+
+def _discovered(tmp_path, hosts, flags, scenario, ranks, env=None):
+    """Runs `scenario` under tfringrun with a discovery script that prints a file the
+    scenario rewrites (its path in TFRING_TEST_HOSTS); the file starts as `hosts`."""
+    hosts_file = tmp_path / "hosts.txt"
+    hosts_file.write_text(hosts)
+    return run_tfringrun(["--host-discovery-script", f"cat {hosts_file}", *flags], scenario,
+                         ranks, env=dict(env or {}, TFRING_TEST_HOSTS=str(hosts_file)))
+
+
+def _assert_all_agree(out, workers, finished, sizes_of_old):
+    """Ranks 0..workers-1 of `workers` finished as `finished` says, matching numpy's replay
+    and each other; the ones that were there before the change saw `sizes_of_old` at their
+    resets (a worker that joined saw none)."""
+    weights = []
+    for rank in range(workers):
+        done = re.search(rf"rank {rank}: finished at {finished} as rank {rank} of {workers}, "
+                         rf"resets saw sizes (\[[0-9, ]*\]), matches numpy: True, weights (.*)",
+                         out)
+        assert done, out
+        assert done.group(1) in (sizes_of_old, "[]"), out
+        weights.append(done.group(2))
+    assert len(set(weights)) == 1, out
+
+
+def test_host_discovery_grows_the_job_from_2_to_3(tmp_path):
+    # The discovery script's output grows from 2 to 3 slots mid-job: at a commit soon after,
+    # the third worker is started and joins; the reset callbacks scale the learning rate to
+    # 3; all three end with the same weights, those of numpy's replay.
+    rc, out, _ = _discovered(tmp_path, "localhost:2\n", ["--max-np", "3"], "elastic_grows", 2)
+    assert rc == 0, out
+    assert "rank 0: wrote hosts ['localhost:3']" in out, out
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}: reset at batch \d+: now of 3", out), out
+    assert "rank 2: started as rank 2 of 3" in out, out
+    _assert_all_agree(out, 3, "epoch - batch 40", "[3]")
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_host_discovery_grows_keras_fit(tmp_path, legacy):
+    # Horovod's Keras elastic pattern (KerasState, the three callbacks) while the job grows:
+    # fit stops at a commit, the joined worker gets the state, fit goes on as 3.
+    rc, out, _ = _discovered(tmp_path, "localhost:2\n", [], "keras_fit_grows", 2,
+                             env={"TF_USE_LEGACY_KERAS": legacy})
+    assert rc == 0, out
+    assert f"rank 2: runs {'tf_keras' if legacy == '1' else 'Keras 3'}" in out, out
+    _assert_all_agree(out, 3, "epoch 4 batch 0", "[3]")
+
+
+def test_a_host_discovery_no_longer_offers_loses_its_worker(tmp_path):
+    # The script's output drops from 3 slots to 2: at a commit soon after, the last worker
+    # leaves (its process ends, saying so) and the 2 left go on with numpy's weights.
+    rc, out, _ = _discovered(tmp_path, "localhost:3\n", [], "elastic_host_leaves", 3)
+    assert rc == 0, out
+    assert ("tfring.elastic: the host discovery no longer offers the slot of rank 2 on "
+            "localhost; it leaves the job") in out, out
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}: reset at batch \d+: now of 2", out), out
+    _assert_all_agree(out, 2, "epoch - batch 40", "[2]")
+    assert "rank 2: finished" not in out, out
+
+
+def test_a_lost_worker_is_replaced_on_a_host_discovery_offers(tmp_path):
+    # --min-np 3 and a worker lost: its host is blacklisted, and the 2 left wait for the
+    # discovery to offer a slot elsewhere (127.0.0.1: this machine by another name), start a
+    # worker there and go on as 3 from their last commit, with numpy's weights.
+    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
+                                                         "60"], "elastic_replaced", 3)
+    assert re.search(r"rank 2: killing myself", out), out
+    _assert_all_agree(out, 3, "epoch - batch 40", "[3]")
+
+
+def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
+    # A worker lost with --min-np 3 and nothing offered: after --elastic-timeout (5 s) both
+    # survivors stop, saying how many are left and needed, well within a few seconds more.
+    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
+                                                         "5"], "elastic_custom_loop", 3)
+    assert rc != 0, out
+    killed = re.search(r"rank 2: killing myself at ([0-9.]+)", out)
+    assert killed, out
+    message = ("2 worker(s) are left and --min-np needs 3; the job cannot go on (no host "
+               "offered more within --elastic-timeout 5 s)")
+    assert out.count(message) >= 2, out
+    stopped = [float(t) for t in re.findall(r"rank [01]: stopped at ([0-9.]+)", out)]
+    assert len(stopped) == 2, out
+    assert all(5 <= t - float(killed.group(1)) < 15 for t in stopped), out
+    assert "finished at" not in out, out

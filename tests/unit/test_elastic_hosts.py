@@ -1,0 +1,117 @@
+"""Host discovery for elastic jobs, without a job: what tfringrun makes of the script's
+output (tfringrun/discovery.py) and what the workers plan from it (tfring/_elastic_members.py).
+The jobs that grow and shrink are in tests/failure/test_elastic.py."""
+
+import io
+import json
+import os
+
+import pytest
+
+from tfring import _elastic_members as members
+from tfringrun import discovery, launcher
+
+
+def test_discovery_output_is_read_as_horovods():
+    text = "# comment\nhost-a:4\n\nhost-b\nhost-a:2   # more on a\n"
+    assert discovery.parse_hosts(text, default_slots=3) == [("host-a", 6), ("host-b", 3)]
+    with pytest.raises(discovery.DiscoveryError, match=r"line 1 'h:x'"):
+        discovery.parse_hosts("h:x\n")
+
+
+def test_first_workers_fill_hosts_in_order_up_to_np_and_max_np():
+    hosts = [("a", 2), ("b", 2), ("c", 1)]
+    assert discovery.assign_start(hosts) == [("a", 2), ("b", 2), ("c", 1)]
+    assert discovery.assign_start(hosts, np=3) == [("a", 2), ("b", 1)]
+    assert discovery.assign_start(hosts, np=9, max_np=4) == [("a", 2), ("b", 2)]
+    assert discovery.assign_start(hosts, np=1) == [("a", 1)]
+
+
+def test_each_first_worker_knows_its_host_from_its_rank():
+    env = {members.START_HOSTS: "a:2,b:1"}
+    assert [members.start_label(r, env) for r in range(3)] == ["a", "a", "b"]
+
+
+def test_the_plan_fills_free_slots_skips_blacklisted_hosts_and_stops_at_max_np():
+    plan = members.plan_additions
+    assert plan(["a", "a"], [("a", 3)]) == ["a"]
+    assert plan(["a", "a"], [("a", 2)]) == []
+    assert plan(["a"], [("a", 1), ("b", 2), ("c", 2)], max_np=4) == ["b", "b", "c"]
+    assert plan(["a", "a"], [("a", 4), ("b", 1)], blacklist={"a"}) == ["b"]
+    # More workers than a host now offers: none is added there (and none is stopped).
+    assert plan(["a", "a", "b"], [("a", 1), ("b", 2)]) == ["b"]
+    assert plan(["a"], [("a", 3)], max_np=1) == []
+
+
+def test_workers_beyond_a_hosts_slots_leave_unless_too_few_would_be_left():
+    assert members.plan_removals(["a", "a", "b", "a"], [("a", 2), ("b", 1)]) == [3]
+    assert members.plan_removals(["a", "b", "b"], [("a", 1)]) == [1, 2]  # b is gone
+    plan = members.plan_update(["a", "a", "b"], [("a", 1), ("c", 1)])
+    assert plan == {"add": ["c"], "leave": [1, 2]}
+    # Stopping would leave fewer than min_np (or none): nothing stops.
+    assert members.plan_update(["a", "a"], [("a", 1)], min_np=2) == {"add": [], "leave": []}
+    assert members.plan_update(["a"], []) == {"add": [], "leave": []}
+
+
+def test_the_hosts_file_is_written_whole_and_read_back(tmp_path):
+    path = str(tmp_path / "hosts.json")
+    assert members.read_hosts_file(path) is None  # not written yet
+    discovery.write_hosts(path, [("a", 2), ("b", 1)])
+    assert members.read_hosts_file(path) == [("a", 2), ("b", 1)]
+    assert sorted(os.listdir(tmp_path)) == ["hosts.json"]
+    with open(path, "w") as f:
+        f.write("{not json")
+    assert members.read_hosts_file(path) is None
+
+
+def test_a_failing_script_keeps_the_last_answer_and_says_so_once(tmp_path):
+    answer = tmp_path / "answer"
+    answer.write_text("a:2\n")
+    err = io.StringIO()
+    loop = discovery.DiscoveryLoop(f"cat {answer}", str(tmp_path / "hosts.json"), err=err)
+    assert loop.poll_once() == [("a", 2)]
+    answer.unlink()
+    assert loop.poll_once() == [("a", 2)] and loop.poll_once() == [("a", 2)]
+    assert err.getvalue().count("host discovery failed, keeping its last answer") == 1
+    with open(loop.path) as f:
+        assert json.load(f)["hosts"] == [["a", 2]]
+
+
+def test_tfringrun_places_the_first_workers_where_discovery_says(tmp_path):
+    answer = tmp_path / "answer"
+    answer.write_text("a:2\nb:2\n")
+    args = launcher.parse_args(["-np", "3", "--min-np", "2", "--max-np", "4",
+                                "--host-discovery-script", f"cat {answer}", "python", "t.py"])
+    loop = discovery.DiscoveryLoop(args.host_discovery_script, str(tmp_path / "hosts.json"))
+    env = launcher.start_discovered(args, loop)
+    assert (args.np, args.hosts) == (3, "a:2,b:1")
+    assert env == {"TFRING_ELASTIC_HOSTS_FILE": loop.path, "TFRING_ELASTIC_START_HOSTS":
+                   "a:2,b:1"}
+    cmd, env = launcher.build_command(args, env, "mpirun", "openmpi", is_root=False)
+    assert cmd[cmd.index("--with-ft") + 1] == "ulfm"
+    assert cmd[cmd.index("--host") + 1] == "a:2,b:1" and cmd[cmd.index("-np") + 1] == "3"
+    exported = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
+    assert {"TFRING_ELASTIC_HOSTS_FILE", "TFRING_ELASTIC_START_HOSTS",
+            "TFRING_ELASTIC_MAX_NP", "TFRING_ELASTIC_MIN_NP"} <= exported
+
+
+def test_tfringrun_waits_for_min_np_slots_then_says_how_many_it_got(tmp_path, monkeypatch):
+    monkeypatch.setattr(discovery, "INTERVAL_SECONDS", 0.05)
+    answer = tmp_path / "answer"
+    answer.write_text("a:1\n")
+    args = launcher.parse_args(["--min-np", "2", "--elastic-timeout", "1",
+                                "--host-discovery-script", f"cat {answer}", "python", "t.py"])
+    loop = discovery.DiscoveryLoop(args.host_discovery_script, str(tmp_path / "hosts.json"))
+    with pytest.raises(SystemExit, match=r"offered 1 slot\(s\) within --elastic-timeout 1 s, "
+                                         r"and the job needs 2 to start"):
+        launcher.start_discovered(args, loop)
+
+
+def test_limits_name_the_timeout_when_discovery_offered_too_little():
+    from tfring.elastic import _Limits
+
+    limits = _Limits({"TFRING_ELASTIC_MIN_NP": "3"})
+    with pytest.raises(RuntimeError, match=r"2 worker\(s\) are left and --min-np needs 3; the "
+                                           r"job cannot go on \(no host offered more within "
+                                           r"--elastic-timeout 7 s\)"):
+        limits.check_enough_workers(2, waited=7)
