@@ -18,6 +18,7 @@ not given new ones (Horovod blacklists it too): its loss was likely the host's.
 import collections
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -190,8 +191,12 @@ class Members:
         new = sorted(set(hosts) - set(labels))
         if new:
             info.Set("PMIX_ADD_HOST", ",".join(new))  # hosts the job may have no daemon on yet
-        argv = list(getattr(sys, "orig_argv", [sys.executable] + sys.argv))[1:]
-        inter = comm.Spawn(sys.executable, argv, maxprocs=len(hosts), info=info, root=0)
+        # env(1) first: the settings are in place before Python starts (MPI's info values
+        # are too short to carry them).
+        argv = spawn_environment() + [sys.executable] + list(
+            getattr(sys, "orig_argv", [sys.executable] + sys.argv))[1:]
+        inter = comm.Spawn(shutil.which("env") or "/usr/bin/env", argv, maxprocs=len(hosts),
+                           info=info, root=0)
         merged = inter.Merge(high=False)
         merged.Set_errhandler(MPI.ERRORS_RETURN)
         merged.bcast({"labels": labels + hosts, "blacklist": sorted(self.blacklist)}, root=0)
@@ -216,6 +221,15 @@ class Members:
 
     def _adopt(self, comm, labels):
         self.labels, self.labels_comm = list(labels), comm
+
+
+def spawn_environment(environ=os.environ):
+    """What a spawned worker is given of this one's environment ("NAME=value" arguments of
+    env(1)): what tfringrun exported to the first workers, for mpirun's -x does not reach
+    spawned ones. Not NCCL_HOSTID, which names the host of the process that has it."""
+    from tfringrun.exports import exported_names
+
+    return [f"{k}={environ[k]}" for k in exported_names(environ) if k != "NCCL_HOSTID"]
 
 
 def _int_env(key):

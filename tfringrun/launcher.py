@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from tfringrun import discovery
+from tfringrun import discovery, exports
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
 # screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
@@ -57,10 +57,6 @@ def build_info():
                           f"`import tfring` builds it, or run {REBUILD_COMMAND}")
     return record
 
-# Variables every rank needs from the launching shell (on other hosts too): the settings,
-# and what makes `python` there the same Python with the same packages.
-EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")
-EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND", "GLIBC_TUNABLES")
 
 
 def check_build(out=sys.stdout):
@@ -306,7 +302,7 @@ def build_command(args, env, mpirun, flavor, is_root):
     cmd = [mpirun]
     if args.np is not None:
         cmd += ["-np", str(args.np)]
-    exported = sorted(k for k in env if k.startswith(EXPORT_PREFIXES) or k in EXPORT_NAMES)
+    exported = exports.exported_names(env)
     if flavor == "openmpi":
         if is_root:  # Open MPI refuses root unless told twice
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

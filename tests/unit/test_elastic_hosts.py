@@ -115,3 +115,10 @@ def test_limits_name_the_timeout_when_discovery_offered_too_little():
                                            r"job cannot go on \(no host offered more within "
                                            r"--elastic-timeout 7 s\)"):
         limits.check_enough_workers(2, waited=7)
+
+
+def test_spawned_workers_get_the_settings_tfringrun_exported():
+    env = {"TFRING_FUSION_THRESHOLD": "0", "PATH": "/v/bin", "HOME": "/root",
+           "NCCL_HOSTID": "rank-0", "NCCL_NET": "Socket", "PYTHONPATH": "a\nb"}
+    assert members.spawn_environment(env) == [
+        "NCCL_NET=Socket", "PATH=/v/bin", "PYTHONPATH=a\nb", "TFRING_FUSION_THRESHOLD=0"]
