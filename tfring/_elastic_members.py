@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 
 HOSTS_FILE = "TFRING_ELASTIC_HOSTS_FILE"
@@ -27,6 +28,7 @@ START_HOSTS = "TFRING_ELASTIC_START_HOSTS"
 MAX_NP = "TFRING_ELASTIC_MAX_NP"
 MIN_NP = "TFRING_ELASTIC_MIN_NP"
 TIMEOUT = "TFRING_ELASTIC_TIMEOUT"
+START_TIMEOUT = "TFRING_ELASTIC_START_TIMEOUT"
 # How long a rank 0 short of --min-np waits between readings of the hosts file.
 POLL_SECONDS = 0.5
 
@@ -195,11 +197,17 @@ class Members:
         # are too short to carry them).
         argv = spawn_environment() + [sys.executable] + list(
             getattr(sys, "orig_argv", [sys.executable] + sys.argv))[1:]
-        inter = comm.Spawn(shutil.which("env") or "/usr/bin/env", argv, maxprocs=len(hosts),
-                           info=info, root=0)
-        merged = inter.Merge(high=False)
-        merged.Set_errhandler(MPI.ERRORS_RETURN)
-        merged.bcast({"labels": labels + hosts, "blacklist": sorted(self.blacklist)}, root=0)
+
+        def spawn_and_merge():
+            inter = comm.Spawn(shutil.which("env") or "/usr/bin/env", argv,
+                               maxprocs=len(hosts), info=info, root=0)
+            merged = inter.Merge(high=False)
+            merged.Set_errhandler(MPI.ERRORS_RETURN)
+            merged.bcast({"labels": labels + hosts, "blacklist": sorted(self.blacklist)},
+                         root=0)
+            return merged
+
+        merged = _within(start_timeout_seconds(), spawn_and_merge, hosts)
         self._adopt(merged, labels + hosts)
         return merged
 
@@ -221,6 +229,40 @@ class Members:
 
     def _adopt(self, comm, labels):
         self.labels, self.labels_comm = list(labels), comm
+
+
+def _within(seconds, call, hosts):
+    """call() in a thread, waiting `seconds` for it. MPI's spawn waits for ever for a worker
+    that dies before it joins (a crash while it imports TensorFlow, say, or a host it cannot
+    reach), and a spawn in progress cannot be called off: so after the timeout this process
+    says why and ends, as every worker of the job does at the same moment."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # handed to the caller below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="tfring-elastic-spawn", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        print(f"tfring.elastic: the new worker(s) on {', '.join(sorted(set(hosts)))} did not "
+              f"join within {seconds} s ({START_TIMEOUT}): one failed to start (its output "
+              "is above) or its host cannot be reached; the job stops here", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def start_timeout_seconds():
+    """How long joining workers may take to start (TFRING_ELASTIC_START_TIMEOUT)."""
+    value = _int_env(START_TIMEOUT)
+    return 120 if value is None else value
 
 
 def spawn_environment(environ=os.environ):

@@ -364,5 +364,8 @@ def keras_fit_grows():
 
 
 if __name__ == "__main__":
+    if os.environ.get("TFRING_TEST_SPAWNED_FAIL") and "OMPI_PARENT_PORT" in os.environ:
+        print("a spawned worker fails before it joins", flush=True)
+        sys.exit(3)
     tfring.init()
     globals()[sys.argv[1]]()

@@ -139,6 +139,21 @@ def test_host_discovery_grows_keras_fit(tmp_path, legacy):
     _assert_all_agree(out, 3, "epoch 4 batch 0", "[3]")
 
 
+def test_a_worker_that_fails_to_start_stops_the_job_after_the_start_timeout(tmp_path):
+    # The worker spawned to grow the job dies before it joins (here: at once; a crash while
+    # importing TensorFlow, say). MPI's spawn would wait for ever: after
+    # TFRING_ELASTIC_START_TIMEOUT every worker stops, saying why. Nothing hangs.
+    rc, out, elapsed = _discovered(tmp_path, "localhost:2\n", [], "elastic_grows", 2,
+                                   env={"TFRING_TEST_SPAWNED_FAIL": "1",
+                                        "TFRING_ELASTIC_START_TIMEOUT": "5"})
+    assert rc != 0, out
+    assert "a spawned worker fails before it joins" in out, out
+    message = ("tfring.elastic: the new worker(s) on localhost did not join within 5 s "
+               "(TFRING_ELASTIC_START_TIMEOUT)")
+    assert out.count(message) == 2, out
+    assert "finished at" not in out and elapsed < 90, out
+
+
 def test_a_host_discovery_no_longer_offers_loses_its_worker(tmp_path):
     # The script's output drops from 3 slots to 2: at a commit soon after, the last worker
     # leaves (its process ends, saying so) and the 2 left go on with numpy's weights.
