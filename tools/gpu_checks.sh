@@ -12,7 +12,8 @@
 # for the killed-rank scenarios alone, rebuilt over it at the end.
 # BENCH_RANKS picks the benchmark's rank counts (default "2 1 4 3"); GPU_CHECKS=killed runs
 # only the killed-rank scenarios under ULFM, at 2, 3 and 4 ranks (over the wheel's MPI where
-# the machine's has no ULFM), and NCCL made again after a reset (scenario_nccl_reset).
+# the machine's has no ULFM), NCCL made again after a reset (scenario_nccl_reset) and after
+# a worker joined (scenario_nccl_grow).
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out/logs"
@@ -55,6 +56,10 @@ killed() {  # killed NAME_SUFFIX MPIRUN_WORDS: a rank SIGKILLed mid-allreduce, a
   for n in 3 4; do
     run "nccl_reset_np${n}_$1" 120 env MPIRUN="$2" \
       tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_reset --timeout_seconds=90
+  done
+  for n in 2 3; do  # workers joining: a spawned rank in the NCCL world made again
+    run "nccl_grow_np${n}_$1" 120 env MPIRUN="$2" \
+      tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_grow --timeout_seconds=90
   done
 }
 ulfm=no

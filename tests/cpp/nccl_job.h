@@ -3,6 +3,7 @@
 // staging GPU tensors through host memory (TFRING_GPU_OPERATIONS=mpi).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,12 @@ class SurvivorsGpuEnvironment : public Environment {
  protected:
   virtual std::string Unsupported() const { return ""; }
 };
+
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
+// An allreduce (Sum) of 1024 floats, each this rank's rank + 1, on device buffers, in the
+// scenario's job: the status, and whether every element came back as the sum over its ranks.
+Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right);
 
 }  // namespace testing
 }  // namespace tfring

@@ -56,10 +56,6 @@ std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& nam
   return status;
 }
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   ASSERT_TRUE(Scenario().layout.size >= 2) << "run it with 2 ranks or more";
   Options options;

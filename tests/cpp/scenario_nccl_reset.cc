@@ -14,10 +14,8 @@
 
 #include <chrono>
 #include <csignal>
-#include <future>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/nccl_job.h"
@@ -40,44 +38,6 @@ class ResetEnvironment : public SurvivorsGpuEnvironment {
   }
 };
 TFRING_TEST_ENVIRONMENT(ResetEnvironment);
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// An allreduce (Sum) of 1024 floats, each this rank's rank + 1, on device buffers: the status,
-// and whether every element came back as the sum over the world's ranks.
-Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
-  const int64_t count = 1024;
-  std::vector<float> host(count, static_cast<float>(Scenario().layout.rank + 1));
-  void *in = nullptr, *out = nullptr;
-  if (cudaMalloc(&in, count * 4) != cudaSuccess || cudaMalloc(&out, count * 4) != cudaSuccess ||
-      cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
-    DieInSetup("device memory", Status::Internal("cudaMalloc/cudaMemcpy failed"));
-  }
-  auto done = std::make_shared<std::promise<Status>>();
-  std::future<Status> status = done->get_future();
-  Entry e;
-  e.request.name = name;
-  e.request.dtype = DataType::kFloat32;
-  e.request.shape = {count};
-  e.request.on_device = true;
-  e.device = Scenario().device;
-  e.input = in;
-  e.output = out;
-  e.done = [done](const Status& s) { done->set_value(s); };
-  c->Enqueue(std::move(e));
-  Status s = status.wait_for(std::chrono::seconds(30)) == std::future_status::ready
-                 ? status.get()
-                 : Status::DeadlineExceeded("'" + name + "' did not end in 30 s");
-  const float want = Scenario().layout.size * (Scenario().layout.size + 1) / 2.0f;
-  *right = s.ok() && cudaMemcpy(host.data(), out, count * 4, cudaMemcpyDeviceToHost) ==
-                         cudaSuccess;
-  for (float v : host) *right = *right && v == want;
-  cudaFree(in);
-  cudaFree(out);
-  return s;
-}
 
 TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
 #if defined(MPIX_ERR_PROC_FAILED)

@@ -165,6 +165,7 @@ def _discovered_loop(event):
             state.commit()
 
     train(state)
+    say(f"local rank {tfring.local_rank()} of {tfring.local_size()}")
     report(state, [v.numpy() for v in model.trainable_variables],
            numpy_sgd(state.start, state.schedule), sizes_at_reset, tfring.rank())
     tfring.shutdown()

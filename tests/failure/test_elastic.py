@@ -125,6 +125,8 @@ def test_host_discovery_grows_the_job_from_2_to_3(tmp_path):
     for rank in (0, 1):
         assert re.search(rf"rank {rank}: reset at batch \d+: now of 3", out), out
     assert "rank 2: started as rank 2 of 3" in out, out
+    for rank in range(3):  # all on this machine: the local numbers count the new one too
+        assert f"rank {rank}: local rank {rank} of 3" in out, out
     _assert_all_agree(out, 3, "epoch - batch 40", "[3]")
 
 
