@@ -332,6 +332,15 @@ def _reset_after_loss(limits):
     _restart_on(alive)
 
 
+def _leave_process():
+    """Ends a worker the job no longer has. Not sys.exit: the script's code after run()
+    would take training for finished. Not MPI's finalize either: it would wait for the whole
+    job's end (spinning), and in a worker that joined later it hangs the job's end. Under
+    --with-ft ulfm mpirun takes the exit calmly; for a worker that joined later (another MPI
+    job to Open MPI) it ends with status 1 in the end, 'exiting improperly' (docs/elastic.md)."""
+    os._exit(0)
+
+
 def _change_hosts():
     """Carries out the plan the last check_host_updates agreed on: the ranks on hosts the
     discovery no longer offers leave (their processes end here), then the new workers start
@@ -344,9 +353,7 @@ def _change_hosts():
         print(f"tfring.elastic: the host discovery no longer offers the slot of rank {me} on "
               f"{MEMBERS.my_label}; it leaves the job and its process ends", flush=True)
         sys.stderr.flush()
-        # Not sys.exit: the script's code after run() would take the job for finished, and
-        # MPI_Finalize would wait for the job's end (spinning) before the process could end.
-        os._exit(0)
+        _leave_process()
     if MEMBERS.pending["add"]:
         comm = _agree(MEMBERS.grow, comm)
     _restart_on(comm)

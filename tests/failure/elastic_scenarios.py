@@ -165,7 +165,6 @@ def _discovered_loop(event):
             state.commit()
 
     train(state)
-    say(f"local rank {tfring.local_rank()} of {tfring.local_size()}")
     report(state, [v.numpy() for v in model.trainable_variables],
            numpy_sgd(state.start, state.schedule), sizes_at_reset, tfring.rank())
     tfring.shutdown()
@@ -177,21 +176,22 @@ def _write_hosts(text):
     say(f"wrote hosts {text.split()} at {time.time():.3f}")
 
 
-def elastic_grows():
+def elastic_grows_then_shrinks():
     """Started as 2 workers on 'localhost:2'; rank 0 offers a third slot at batch 3. At a
-    commit soon after, the job grows to 3 (the third worker is this script, spawned)."""
+    commit soon after, the job grows to 3 (the third worker is this script, spawned). Two
+    batches after that, rank 0 takes the slot back: at a commit soon after, the worker on it
+    leaves (its process ends) and the other 2 go on."""
+    grown_at = []
+
     def event(batch):
-        if batch == 3 and tfring.rank() == 0 and tfring.size() == 2:
+        if tfring.size() == 3 and not grown_at:
+            grown_at.append(batch)
+            say(f"local rank {tfring.local_rank()} of {tfring.local_size()}")
+        if tfring.rank() != 0:
+            return
+        if batch == 3 and tfring.size() == 2:
             _write_hosts("localhost:3\n")
-
-    _discovered_loop(event)
-
-
-def elastic_host_leaves():
-    """Started as 3 workers on 'localhost:3'; rank 0 offers one slot fewer at batch 3. At a
-    commit soon after, the last worker leaves (its process ends) and the other 2 go on."""
-    def event(batch):
-        if batch == 3 and tfring.rank() == 0 and tfring.size() == 3:
+        if grown_at and batch == grown_at[0] + 2 and tfring.size() == 3:
             _write_hosts("localhost:2\n")
 
     _discovered_loop(event)

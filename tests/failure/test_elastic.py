@@ -115,29 +115,36 @@ def _assert_all_agree(out, workers, finished, sizes_of_old):
     assert len(set(weights)) == 1, out
 
 
-def test_host_discovery_grows_the_job_from_2_to_3(tmp_path):
+def test_host_discovery_grows_the_job_from_2_to_3_then_takes_a_slot_back(tmp_path):
     # The discovery script's output grows from 2 to 3 slots mid-job: at a commit soon after,
     # the third worker is started and joins; the reset callbacks scale the learning rate to
-    # 3; all three end with the same weights, those of numpy's replay.
-    rc, out, _ = _discovered(tmp_path, "localhost:2\n", ["--max-np", "3"], "elastic_grows", 2)
-    assert rc == 0, out
+    # 3. Then the output drops back to 2: the worker on the slot taken back leaves (its
+    # process ends, saying so), and the 2 left go on with numpy's weights.
+    rc, out, _ = _discovered(tmp_path, "localhost:2\n", ["--max-np", "3"],
+                             "elastic_grows_then_shrinks", 2)
+    # Open MPI counts the exit of a worker that joined and left as improper (status 1 at
+    # the end; docs/elastic.md says so): the training itself is checked below.
+    assert rc in (0, 1), out
     assert "rank 0: wrote hosts ['localhost:3']" in out, out
     for rank in (0, 1):
         assert re.search(rf"rank {rank}: reset at batch \d+: now of 3", out), out
+        assert re.search(rf"rank {rank}: reset at batch \d+: now of 2", out), out
     assert "rank 2: started as rank 2 of 3" in out, out
     for rank in range(3):  # all on this machine: the local numbers count the new one too
         assert f"rank {rank}: local rank {rank} of 3" in out, out
-    _assert_all_agree(out, 3, "epoch - batch 40", "[3]")
+    assert ("tfring.elastic: the host discovery no longer offers the slot of rank 2 on "
+            "localhost; it leaves the job") in out, out
+    _assert_all_agree(out, 2, "epoch - batch 40", "[3, 2]")
+    assert "rank 2: finished" not in out, out
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_host_discovery_grows_keras_fit(tmp_path, legacy):
+def test_host_discovery_grows_keras_fit(tmp_path):
     # Horovod's Keras elastic pattern (KerasState, the three callbacks) while the job grows:
-    # fit stops at a commit, the joined worker gets the state, fit goes on as 3.
-    rc, out, _ = _discovered(tmp_path, "localhost:2\n", [], "keras_fit_grows", 2,
-                             env={"TF_USE_LEGACY_KERAS": legacy})
+    # fit stops at a commit, the joined worker gets the state, fit goes on as 3. (Keras 3
+    # here; the joined worker's optimizer sync is checked on tf_keras in test_tf_keras.py.)
+    rc, out, _ = _discovered(tmp_path, "localhost:2\n", [], "keras_fit_grows", 2)
     assert rc == 0, out
-    assert f"rank 2: runs {'tf_keras' if legacy == '1' else 'Keras 3'}" in out, out
+    assert "rank 2: runs Keras 3" in out, out
     _assert_all_agree(out, 3, "epoch 4 batch 0", "[3]")
 
 
@@ -145,7 +152,7 @@ def test_a_worker_that_fails_to_start_stops_the_job_after_the_start_timeout(tmp_
     # The worker spawned to grow the job dies before it joins (here: at once; a crash while
     # importing TensorFlow, say). MPI's spawn would wait for ever: after
     # TFRING_ELASTIC_START_TIMEOUT every worker stops, saying why. Nothing hangs.
-    rc, out, elapsed = _discovered(tmp_path, "localhost:2\n", [], "elastic_grows", 2,
+    rc, out, elapsed = _discovered(tmp_path, "localhost:2\n", [], "elastic_grows_then_shrinks", 2,
                                    env={"TFRING_TEST_SPAWNED_FAIL": "1",
                                         "TFRING_ELASTIC_START_TIMEOUT": "5"})
     assert rc != 0, out
@@ -154,19 +161,6 @@ def test_a_worker_that_fails_to_start_stops_the_job_after_the_start_timeout(tmp_
                "(TFRING_ELASTIC_START_TIMEOUT)")
     assert out.count(message) == 2, out
     assert "finished at" not in out and elapsed < 90, out
-
-
-def test_a_host_discovery_no_longer_offers_loses_its_worker(tmp_path):
-    # The script's output drops from 3 slots to 2: at a commit soon after, the last worker
-    # leaves (its process ends, saying so) and the 2 left go on with numpy's weights.
-    rc, out, _ = _discovered(tmp_path, "localhost:3\n", [], "elastic_host_leaves", 3)
-    assert rc == 0, out
-    assert ("tfring.elastic: the host discovery no longer offers the slot of rank 2 on "
-            "localhost; it leaves the job") in out, out
-    for rank in (0, 1):
-        assert re.search(rf"rank {rank}: reset at batch \d+: now of 2", out), out
-    _assert_all_agree(out, 2, "epoch - batch 40", "[2]")
-    assert "rank 2: finished" not in out, out
 
 
 def test_a_lost_worker_is_replaced_on_a_host_discovery_offers(tmp_path):
@@ -180,17 +174,17 @@ def test_a_lost_worker_is_replaced_on_a_host_discovery_offers(tmp_path):
 
 
 def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
-    # A worker lost with --min-np 3 and nothing offered: after --elastic-timeout (5 s) both
+    # A worker lost with --min-np 3 and nothing offered: after --elastic-timeout (3 s) both
     # survivors stop, saying how many are left and needed, well within a few seconds more.
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
-                                                         "5"], "elastic_custom_loop", 3)
+                                                         "3"], "elastic_custom_loop", 3)
     assert rc != 0, out
     killed = re.search(r"rank 2: killing myself at ([0-9.]+)", out)
     assert killed, out
     message = ("2 worker(s) are left and --min-np needs 3; the job cannot go on (no host "
-               "offered more within --elastic-timeout 5 s)")
+               "offered more within --elastic-timeout 3 s)")
     assert out.count(message) >= 2, out
     stopped = [float(t) for t in re.findall(r"rank [01]: stopped at ([0-9.]+)", out)]
     assert len(stopped) == 2, out
-    assert all(5 <= t - float(killed.group(1)) < 15 for t in stopped), out
+    assert all(3 <= t - float(killed.group(1)) < 13 for t in stopped), out
     assert "finished at" not in out, out

@@ -1,9 +1,11 @@
-"""The elastic Keras callbacks in a `fit` with no worker lost, for Keras 3
+"""The elastic Keras state and callbacks with no worker lost, for Keras 3
 (test_elastic_state.py) and tf_keras (test_tf_keras.py): `tf.keras` is whichever the process
-runs. What a lost worker does to them is in tests/failure (elastic_scenarios.py)."""
+runs. What a lost or joining worker does to them is in tests/failure (elastic_scenarios.py)."""
 
 import numpy as np
 import tensorflow as tf
+
+import tfring
 
 
 def check_elastic_callbacks(hvd, rank, size):
@@ -53,3 +55,24 @@ def check_elastic_callbacks(hvd, rank, size):
     everyone = hvd.allgather(tf.concat([tf.reshape(w, [-1]) for w in model.trainable_weights],
                                        0)[tf.newaxis]).numpy()
     assert all(np.array_equal(everyone[0], everyone[r]) for r in range(size))
+
+
+def check_sync_gives_a_joiner_the_optimizer_state(hvd, rank):
+    """A worker that has just joined has not built its optimizer; the others have (rank 0
+    here took a step, with momentum). The sync must build it and give it rank 0's values,
+    or the broadcast would pair different variable lists."""
+    keras = tf.keras
+    tf.random.set_seed(rank)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.SGD(0.1, momentum=0.9)
+    if rank == 0:  # a local step: no collective
+        grads = [tf.ones_like(v) for v in model.trainable_variables]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    state = hvd.elastic.KerasState(model, opt, batch=rank)
+    state.sync()
+    values = [v.numpy() for v in list(model.variables) + list(opt.variables)]
+    root = tfring.broadcast_object(values, root_rank=0)
+    assert len(values) == len(root) > len(model.variables)
+    for mine, want in zip(values, root):
+        np.testing.assert_array_equal(mine, want)
+    assert int(opt.iterations.numpy()) == 1 and state.batch == 0

@@ -89,6 +89,13 @@ def test_run_lets_other_errors_through():
         raises(state)
 
 
+def test_keras_elastic_sync_gives_a_joiner_the_optimizer_state(rank):
+    import tfring.keras as hvd
+    from _elastic_fit import check_sync_gives_a_joiner_the_optimizer_state
+
+    check_sync_gives_a_joiner_the_optimizer_state(hvd, rank)
+
+
 def test_keras_elastic_callbacks_commit_and_count_in_fit(rank, size):
     import tfring.keras as hvd
     from _elastic_fit import check_elastic_callbacks

@@ -280,6 +280,12 @@ def test_aggregation_helper_counts_every_pass_of_a_tf_keras_optimizer(rank, size
         np.testing.assert_allclose(w.numpy(), [-0.5 * 3.0 * ((call + 1) // 3)])
 
 
+def test_keras_elastic_sync_gives_a_joiner_the_optimizer_state(rank):
+    from _elastic_fit import check_sync_gives_a_joiner_the_optimizer_state
+
+    check_sync_gives_a_joiner_the_optimizer_state(hvd, rank)
+
+
 def test_keras_elastic_callbacks_commit_and_count_in_fit(rank, size):
     from _elastic_fit import check_elastic_callbacks
 
