@@ -253,26 +253,6 @@ def tf1_session():
     tfring.shutdown()
 
 
-def _keras_job(hvd, keras, base_lr, with_schedule=False):
-    """Horovod's Keras elastic set-up: a compiled model with the distributed optimizer,
-    KerasState (with the schedule and start weights when asked), and a reset callback that
-    scales the learning rate to the new size. Returns (model, state, sizes seen at resets)."""
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
-                  loss="mse")
-    extra = (dict(schedule=(), start=[w.numpy() for w in model.trainable_variables])
-             if with_schedule else {})
-    state = hvd.elastic.KerasState(model, batch=0, epoch=0, **extra)
-    sizes_at_reset = []
-
-    def on_state_reset():
-        sizes_at_reset.append(hvd.size())
-        model.optimizer.learning_rate.assign(base_lr * hvd.size())
-
-    state.register_reset_callbacks([on_state_reset])
-    return model, state, sizes_at_reset
-
-
 def _fit(hvd, model, state, steps, epochs, callbacks):
     """model.fit on this rank's `steps` batches, from the committed epoch on."""
     batches = [batch_of(step, hvd.rank()) for step in range(steps)]
@@ -285,76 +265,55 @@ def _fit(hvd, model, state, steps, epochs, callbacks):
 def keras_fit():
     """Horovod's Keras elastic example (tensorflow2_keras_mnist_elastic.py) with the import
     changed: KerasState, the three callbacks, a reset callback that scales the learning rate
-    to the new size, @hvd.elastic.run around model.fit. Rank 2 dies at batch 2 of epoch 1
-    (batches commit one by one); the survivors run epoch 1 again from the commit after its
-    batch 1, then epoch 2, as 2 workers with the learning rate for 2. Keras 3, or tf_keras
+    to the new size, @hvd.elastic.run around model.fit; under tfringrun with a discovery
+    script that prints $TFRING_TEST_HOSTS ('localhost:3' at the start).
+
+    Rank 2 offers a host elsewhere ('127.0.0.1:1', this machine by another name) and dies
+    at batch 2 of epoch 1 (batches commit one by one): the survivors roll back to the commit
+    after batch 1 and go on as 2, with the learning rate for 2 (localhost, which lost a
+    worker, gets no new one). At a commit soon after, `fit` stops on both
+    (HostsUpdatedInterrupt), a worker started on 127.0.0.1 joins with the state synced from
+    rank 0, and `fit` goes on as 3 from the committed epoch (Keras runs whole epochs: the
+    interrupted one starts again at its first batch, from its last commit's weights). The
+    state carries the schedule of the batches kept, for numpy's replay. Keras 3, or tf_keras
     when the test sets TF_USE_LEGACY_KERAS=1."""
     import tfring.keras as hvd
 
     keras = tf.keras
     say("runs tf_keras" if keras.__name__.startswith("tf_keras") else "runs Keras 3")
+    joined = "OMPI_PARENT_PORT" in os.environ  # started by the job to grow it
+    steps, epochs, base_lr = 6, 4, 0.02
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
+                  loss="mse")
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0, schedule=(),
+                                   start=[w.numpy() for w in model.trainable_variables])
+    sizes_at_reset = []
 
-    me = hvd.rank()
-    steps, epochs, base_lr = 6, 3, 0.02
-    model, state, sizes_at_reset = _keras_job(hvd, keras, base_lr)
+    def on_state_reset():
+        sizes_at_reset.append(hvd.size())
+        model.optimizer.learning_rate.assign(base_lr * hvd.size())
 
-    class KillAt(keras.callbacks.Callback):
+    state.register_reset_callbacks([on_state_reset])
+
+    class KillAndSchedule(keras.callbacks.Callback):
+        """Before the commit: which batch ran on how many workers, at what rate."""
+
         def on_epoch_begin(self, epoch, logs=None):
             self.current_epoch = epoch
 
         def on_train_batch_begin(self, batch, logs=None):
-            if me == 2 and self.current_epoch == 1 and batch == 2:
+            if hvd.rank() == 2 and not joined and self.current_epoch == 1 and batch == 2:
+                _write_hosts("localhost:3\n127.0.0.1:1\n")
                 say(f"killing myself at {time.time():.3f}")
                 os.kill(os.getpid(), signal.SIGKILL)
-
-    callbacks = [hvd.elastic.CommitStateCallback(state),
-                 hvd.elastic.UpdateBatchStateCallback(state),
-                 hvd.elastic.UpdateEpochStateCallback(state), KillAt()]
-    start = []
-
-    @hvd.elastic.run
-    def train(state):
-        if not start:
-            start[:] = [w.numpy().copy() for w in model.trainable_variables]
-        _fit(hvd, model, state, steps, epochs, callbacks)
-
-    train(state)
-    schedule = ([(3, step, 3 * base_lr) for step in range(steps)] +      # epoch 0
-                [(3, step, 3 * base_lr) for step in range(2)] +          # epoch 1, committed
-                [(2, step, 2 * base_lr) for step in range(steps)] * 2)   # epochs 1 and 2 again
-    report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
-           sizes_at_reset, me)
-    hvd.shutdown()
-
-
-def keras_fit_grows():
-    """Horovod's Keras elastic pattern (KerasState, the three callbacks, @run around fit)
-    under host discovery: started as 2 workers on 'localhost:2'; rank 0 offers a third slot
-    at the start of epoch 1. At a batch's commit soon after, `fit` stops on every worker
-    (HostsUpdatedInterrupt), the third joins, and `fit` runs again from the committed epoch
-    as 3 (Keras runs whole epochs: that epoch starts again at its first batch, from the
-    weights of its last commit). The state carries the schedule of the batches trained, for
-    numpy's replay. Keras 3, or tf_keras when the test sets TF_USE_LEGACY_KERAS=1."""
-    import tfring.keras as hvd
-
-    keras = tf.keras
-    say("runs tf_keras" if keras.__name__.startswith("tf_keras") else "runs Keras 3")
-    steps, epochs, base_lr = 6, 4, 0.02
-    model, state, sizes_at_reset = _keras_job(hvd, keras, base_lr, with_schedule=True)
-
-    class Schedule(keras.callbacks.Callback):
-        """Before the commit: which batch ran on how many workers, at what rate."""
-
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1 and hvd.rank() == 0 and hvd.size() == 2:
-                _write_hosts("localhost:3\n")
 
         def on_train_batch_end(self, batch, logs=None):
             lr = float(keras.backend.get_value(model.optimizer.learning_rate))
             state.schedule += ((hvd.size(), batch, lr),)
-            time.sleep(0.15)  # a step's time, for the discovery to see the change
+            time.sleep(0.1)  # a step's time, for the discovery to see the change
 
-    callbacks = [Schedule(), hvd.elastic.CommitStateCallback(state),
+    callbacks = [KillAndSchedule(), hvd.elastic.CommitStateCallback(state),
                  hvd.elastic.UpdateBatchStateCallback(state),
                  hvd.elastic.UpdateEpochStateCallback(state)]
 

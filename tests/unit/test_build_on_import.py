@@ -27,6 +27,12 @@ SUM_OF_ONES = (
     "print(f'rank {tfring.rank()}: sum {float(total)}', flush=True)\n")
 
 
+# A broken MPI wrapper that names itself as the compiler behind it, so that every compile
+# fails, the first at once (else the sources compiled without MPI's wrapper would build
+# first, for tens of seconds, before the first failure).
+NAMES_ITSELF = 'if [ "$1" = --showme:command ]; then echo "$0"; exit 0; fi\n'
+
+
 def _run(argv, cache, timeout, **env):
     return subprocess.run(argv, env=dict(ENV, TFRING_CACHE_DIR=str(cache), **env),
                           capture_output=True, text=True, timeout=timeout)
@@ -67,8 +73,8 @@ def test_eight_ranks_importing_an_unbuilt_tfring_build_it_once(tmp_path):
 
 def test_a_failed_build_prints_the_compiler_error_and_build_md_advice(tmp_path):
     broken = tmp_path / "mpicxx"
-    broken.write_text("#!/bin/sh\necho 'fake.cc:1:1: error: this compiler is broken' >&2\n"
-                      "exit 1\n")
+    broken.write_text(f"#!/bin/sh\n{NAMES_ITSELF}"
+                      "echo 'fake.cc:1:1: error: this compiler is broken' >&2\nexit 1\n")
     broken.chmod(0o755)
     proc = _run([sys.executable, "-c", "import tfring"], tmp_path / "cache", timeout=300,
                 TFRING_MPICXX=str(broken))
@@ -86,7 +92,8 @@ def test_processes_that_waited_on_a_failed_build_fail_with_its_error(tmp_path):
     # A compiler that takes a while to fail, so the second process surely waits for it.
     broken = tmp_path / "mpicxx"
     marker = tmp_path / "slept"
-    broken.write_text(f"#!/bin/sh\nif [ ! -e {marker} ]; then touch {marker}; sleep 4; fi\n"
+    broken.write_text(f"#!/bin/sh\n{NAMES_ITSELF}"
+                      f"if [ ! -e {marker} ]; then touch {marker}; sleep 4; fi\n"
                       "echo 'fake.cc:1:1: error: this compiler is broken' >&2\nexit 1\n")
     broken.chmod(0o755)
     env = dict(ENV, TFRING_CACHE_DIR=str(tmp_path / "cache"), TFRING_MPICXX=str(broken))

@@ -153,7 +153,17 @@ def compile_all(obj_dir, jobs, optional=()):
 
     workers = max(1, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(one, jobs))
+        futures = [pool.submit(one, job) for job in jobs]
+        try:
+            for done in concurrent.futures.as_completed(futures):
+                done.result()
+        except BuildError:
+            # The first failure ends the build: the compiles still queued are called off
+            # (those running finish), so that a broken build fails in seconds, not minutes.
+            for future in futures:
+                future.cancel()
+            raise
+    results = [future.result() for future in futures]
     return [obj for obj, _ in results], sum(1 for _, rebuilt in results if rebuilt)
 
 
