@@ -57,7 +57,7 @@ class Countdown {
 
 // Fills `e` as a kernel fills its entries.
 void Fill(Entry& e, const std::string& name, const float* in, float* out, Countdown* left) {
-  e.request.name = name;
+  e.request.key.name = name;
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = ReduceOp::kSum;
   e.request.dtype = DataType::kFloat32;

@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     std::vector<Entry> entries(tensors);
     for (int t = 0; t < tensors; ++t) {
       Entry& e = entries[t];
-      e.request.name = "bench." + std::to_string(t);
+      e.request.key.name = "bench." + std::to_string(t);
       e.request.shape = {per_tensor};
       e.request.on_device = true;
       e.device = device;

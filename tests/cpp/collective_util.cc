@@ -44,7 +44,7 @@ OpPtr NewOp(const std::string& name, DataType dtype, const Shape& shape,
   op->name = name;
   op->dtype = dtype;
   op->input = Encode(dtype, values);
-  e->request.name = name;
+  e->request.key.name = name;
   e->request.dtype = dtype;
   e->request.shape = shape;
   e->input = op->input.data();

@@ -105,7 +105,7 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> status = done->get_future();
   Entry e;
-  e.request.name = name;
+  e.request.key.name = name;
   e.request.dtype = DataType::kFloat32;
   e.request.shape = {count};
   e.request.on_device = true;

@@ -43,7 +43,7 @@ TFRING_TEST(CoordinatorInproc, AllreduceScaleFactors) {
       std::vector<float> in = {1, 2, 3}, out(3);
       auto done = std::make_shared<std::promise<Status>>();
       auto status = done->get_future();
-      e.request.name = "scaled";
+      e.request.key.name = "scaled";
       e.request.shape = {3};
       e.request.prescale_factor = 2.0;
       e.request.postscale_factor = 0.25;

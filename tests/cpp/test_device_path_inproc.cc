@@ -176,7 +176,7 @@ TFRING_TEST(DevicePath, ReducescatterHostAndStaged) {
         auto out = std::make_shared<std::vector<char>>(rows[rank] * 2 * sizeof(float) + 1);
         auto done = std::make_shared<std::promise<Status>>();
         auto status = done->get_future();
-        e.request.name = name;
+        e.request.key.name = name;
         e.request.kind = CollectiveKind::kReducescatter;
         e.request.reduce_op = ReduceOp::kAverage;
         e.request.shape = {7, 2};
@@ -227,7 +227,7 @@ TFRING_TEST(DevicePath, AlltoallStaged) {
       auto received = std::make_shared<std::vector<int64_t>>();
       auto done = std::make_shared<std::promise<Status>>();
       auto status = done->get_future();
-      e.request.name = "a2a";
+      e.request.key.name = "a2a";
       e.request.kind = CollectiveKind::kAlltoall;
       e.request.dtype = DataType::kInt32;
       e.request.shape = {static_cast<int64_t>(in.size())};

@@ -53,7 +53,7 @@ UnitPtr SubmitUnit(Coordinator* c, const std::string& name, std::vector<TensorPa
   }
   PackInto(unit->plan, pointers, unit->buffer.data());  // zeroes the gaps the 0x5A filled
   Entry e;
-  e.request.name = name;
+  e.request.key.name = name;
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = op;
   e.request.postscale_factor = postscale;
@@ -173,7 +173,7 @@ Status Join(Coordinator* c) {
   std::future<Status> joined = done->get_future();
   auto last = std::make_shared<int32_t>(-1);  // the last rank to join; alive until `done`
   Entry e;
-  e.request.name = "tfring.join";
+  e.request.key.name = "tfring.join";
   e.request.kind = CollectiveKind::kJoin;
   e.request.dtype = DataType::kInt32;
   e.request.cacheable = false;

@@ -10,7 +10,7 @@ constexpr int kWorld = 8;  // the job the sample messages come from
 
 std::vector<Request> SampleRequests() {
   Request a;
-  a.name = "grad/dense_1/kernel:0";
+  a.key.name = "grad/dense_1/kernel:0";
   a.kind = CollectiveKind::kAllreduce;
   a.dtype = DataType::kBFloat16;
   a.reduce_op = ReduceOp::kProduct;
@@ -18,7 +18,7 @@ std::vector<Request> SampleRequests() {
   a.postscale_factor = 3.5;
   a.shape = {17, 3};
   Request b;
-  b.name = std::string("with\0nul and \xc3\xa9", 15);
+  b.key.name = std::string("with\0nul and \xc3\xa9", 15);
   b.kind = CollectiveKind::kBroadcast;
   b.dtype = DataType::kBool;
   b.root_rank = 2;
@@ -26,16 +26,19 @@ std::vector<Request> SampleRequests() {
   b.cacheable = false;
   b.call_site = "train.py:42";
   Request c;
-  c.name = "";
+  c.key.unnamed = 12;  // an unnamed grouped call's second tensor
+  c.key.part = 1;
   c.kind = CollectiveKind::kAllgather;
   c.shape = {0, 1LL << 40};
   c.process_set = {0, 2, 5};
   Request d;  // a grouped allreduce's unit: tensors of two dtypes, packed as bytes
-  d.name = "grads";
+  d.key.name = "grads";
   d.dtype = DataType::kUInt8;
   d.shape = {192};
   d.parts = {{DataType::kFloat32, {3, 4}}, {DataType::kInt64, {}}, {DataType::kFloat16, {0}}};
-  return {a, b, c, d};
+  std::vector<Request> all = {a, b, c, d};
+  for (Request& q : all) q.name = KeyString(q.key, q.process_set);
+  return all;
 }
 
 TFRING_TEST(Message, RequestsRoundTrip) {
@@ -45,6 +48,7 @@ TFRING_TEST(Message, RequestsRoundTrip) {
   ASSERT_EQ(out.size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
+    EXPECT_TRUE(out[i].key == in[i].key) << "request " << i;
     EXPECT_EQ(out[i].call_site, in[i].call_site);
   }
   ASSERT_TRUE(DecodeRequests(EncodeRequests({}), 1, kWorld, &out).ok());
@@ -55,12 +59,12 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   ResponseList in;
   in.abort_message = "stalled: 'x'";
   Response a;
-  a.name = "ag";
+  a.key = {"ag", -1, 2};
   a.kind = CollectiveKind::kAllgather;
   a.dtype = DataType::kInt64;
   a.first_dims = {3, 0, 5};
   Response b;
-  b.name = "b";
+  b.key.name = "b";
   b.kind = CollectiveKind::kBroadcast;
   b.reduce_op = ReduceOp::kMin;
   b.root_rank = 1;
@@ -71,6 +75,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   a.process_set = {1, 3};
   a.joined = {3};
   in.responses = {a, b};
+  for (Response& r : in.responses) r.name = KeyString(r.key, r.process_set);
   ResponseList out;
   ASSERT_TRUE(DecodeResponseList(EncodeResponseList(in), kWorld, &out).ok());
   EXPECT_EQ(out.abort_message, in.abort_message);
@@ -79,6 +84,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
     const Response& x = in.responses[i];
     const Response& y = out.responses[i];
     EXPECT_TRUE(static_cast<const Signature&>(x) == y) << "response " << i;
+    EXPECT_TRUE(x.key == y.key) << "response " << i;
     EXPECT_TRUE(x.first_dims == y.first_dims && x.all_splits == y.all_splits &&
                 x.joined == y.joined && x.error == y.error && x.shared_call_site == y.shared_call_site)
         << "response " << i;
@@ -102,8 +108,8 @@ TFRING_TEST(Message, UnitsCompareTheirPartsAndNameThem) {
   other = unit;
   other.parts.push_back({DataType::kFloat32, {1}});
   EXPECT_FALSE(other.SameButName(unit));
-  EXPECT_EQ(PartName("grads", 2), "grads.2");
-  EXPECT_EQ(PartName(TensorKey("grads", {0, 2}), 1), "grads.1 [process set 0, 2]");
+  EXPECT_EQ(KeyString(PartKey(unit.key, 2), {}), "grads.2");
+  EXPECT_EQ(KeyString(PartKey(unit.key, 1), {0, 2}), "grads.1 [process set 0, 2]");
 }
 
 TFRING_TEST(Message, DamagedMessagesAreErrors) {
@@ -131,10 +137,10 @@ TFRING_TEST(Message, VersionEnumsAndCountsAreChecked) {
   std::vector<Request> out;
   const Status old = DecodeRequests(With(requests, 0, 7), 4, kWorld, &out);
   EXPECT_CONTAINS(old.message(), "from rank 4");
-  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 3");
-  // The first request's kind byte: after the version (1), the count (4), the name's length
-  // (4) and the name.
-  const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].name.size();
+  EXPECT_CONTAINS(old.message(), "wire format version 7, this rank speaks 4");
+  // The first request's kind byte: after the version (1), the count (4), the key: its name's
+  // length (4), the name, the unnamed call's number (8) and the part (4).
+  const size_t kind_at = 1 + 4 + 4 + SampleRequests()[0].key.name.size() + 8 + 4;
   EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at, 42), 0, kWorld, &out).message(),
                   "request 0: unknown collective 42");
   EXPECT_CONTAINS(DecodeRequests(With(requests, kind_at + 1, 99), 0, kWorld, &out).message(),
@@ -152,7 +158,7 @@ TFRING_TEST(Message, RanksOutsideTheJobAreErrors) {
   // Later code indexes per-rank arrays by these: a rank the job lacks must be an error here.
   std::vector<Request> out;
   Request q;
-  q.name = "w";
+  q.key.name = "w";
   q.kind = CollectiveKind::kBroadcast;
   q.root_rank = kWorld;
   EXPECT_CONTAINS(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).message(),
@@ -170,7 +176,7 @@ TFRING_TEST(Message, RanksOutsideTheJobAreErrors) {
   EXPECT_TRUE(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).ok());
   ResponseList list;
   Response r;
-  r.name = "w";
+  r.key.name = "w";
   r.joined = {9};
   list.responses = {r};
   EXPECT_CONTAINS(DecodeResponseList(EncodeResponseList(list), kWorld, &list).message(),
@@ -186,7 +192,7 @@ TFRING_TEST(Message, FuzzedMessagesAreErrorsNeverCrashes) {
   };
   ResponseList in;
   Response a;
-  a.name = "grad/w";
+  a.key.name = "grad/w";
   a.first_dims = {1, 2, 3};
   a.joined = {2};
   a.shape = {4, 5};
@@ -244,33 +250,37 @@ TFRING_TEST(Message, AResponseCarriesItsRequestsSignature) {
 
 TFRING_TEST(Message, OnlyLoneUnnamedEagerCallsAreCachedByCallSite) {
   Request q;
-  q.name = "unnamed.12";
+  q.key.unnamed = 12;
   q.call_site = "train.py:42";
   EXPECT_TRUE(CachedByCallSite(q));
-  q.name = TensorKey("unnamed.12", {0, 2});
+  q.process_set = {0, 2};
   EXPECT_TRUE(CachedByCallSite(q)) << "in a process set too";
-  q.name = "unnamed.12.1";
+  q.key.part = 1;
   EXPECT_FALSE(CachedByCallSite(q)) << "a grouped call's tensors share their call site";
-  q.name = "unnamed.";
-  EXPECT_FALSE(CachedByCallSite(q));
-  q.name = TensorKey("unnamed.", {0, 2});
-  EXPECT_FALSE(CachedByCallSite(q)) << "no number before the process set";
-  q.name = "unnamed.12x";
-  EXPECT_FALSE(CachedByCallSite(q));
-  q.name = "my.unnamed.12";
-  EXPECT_FALSE(CachedByCallSite(q));
-  q.name = "unnamed.12";
-  q.call_site = "";
+  q.key = TensorKey{"unnamed.12"};
   EXPECT_FALSE(CachedByCallSite(q)) << "a user's own name that looks like one";
+  q.key.unnamed = 12;
+  q.call_site = "";
+  EXPECT_FALSE(CachedByCallSite(q)) << "no call site to cache it under";
   EXPECT_EQ(UnnamedCacheKey("train.py:42", {}), std::string("unnamed@train.py:42"));
   EXPECT_EQ(UnnamedCacheKey("train.py:42", {1, 2}),
             std::string("unnamed@train.py:42 [process set 1, 2]"));
 }
 
-TFRING_TEST(Message, TensorKeysTellProcessSetsApart) {
-  EXPECT_EQ(TensorKey("w", {}), std::string("w"));
-  EXPECT_EQ(TensorKey("w", {0, 2}), std::string("w [process set 0, 2]"));
-  EXPECT_NE(TensorKey("w", {0, 2}), TensorKey("w", {1, 2}));
+TFRING_TEST(Message, KeyStringsTellKeysApart) {
+  const TensorKey w{"w"};
+  EXPECT_EQ(KeyString(w, {}), std::string("w"));
+  EXPECT_EQ(KeyString(w, {0, 2}), std::string("w [process set 0, 2]"));
+  EXPECT_NE(KeyString(w, {0, 2}), KeyString(w, {1, 2}));
+  TensorKey unnamed;
+  unnamed.unnamed = 7;
+  EXPECT_EQ(KeyString(unnamed, {}), std::string("unnamed.7"));
+  EXPECT_EQ(KeyString(PartKey(unnamed, 0), {1, 2}), std::string("unnamed.7.0 [process set 1, 2]"));
+  // A name that ends in digits is the op's own: not a grouped op's part.
+  const TensorKey dotted{"layer.1"};
+  EXPECT_EQ(dotted.part, -1);
+  EXPECT_FALSE(dotted.SameOp(TensorKey{"layer"}));
+  EXPECT_TRUE(PartKey(w, 3).SameOp(w));
   EXPECT_TRUE(SetMembers({}, 3) == std::vector<int32_t>({0, 1, 2}));
   Response r;
   r.joined = {1};

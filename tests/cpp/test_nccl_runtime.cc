@@ -140,7 +140,7 @@ OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const
   auto out = std::make_shared<void*>(how.kind == CollectiveKind::kAllgather ? nullptr
                                                                            : DeviceAlloc(out_bytes));
   Entry e;
-  e.request.name = name;
+  e.request.key.name = name;
   e.request.kind = how.kind;
   e.request.dtype = dtype;
   e.request.shape = shape;
@@ -427,7 +427,7 @@ void ExpectOneRanksNcclErrorFailsEveryRank(bool hierarchical, int failing) {
   void* device_out = DeviceAlloc(host.size() * sizeof(float));
   void* device_in = DeviceAlloc(host.size() * sizeof(float));
   Entry e;
-  e.request.name = "bad";
+  e.request.key.name = "bad";
   e.request.shape = {static_cast<int64_t>(host.size())};
   e.request.on_device = true;
   e.device = g_device;

@@ -17,11 +17,18 @@ SteadyClock::time_point At(double seconds) {
                    std::chrono::duration<double>(seconds));
 }
 
-Request Allreduce(const std::string& name, Shape shape = {2, 3}) {
+// An allreduce of `key` (made from a name when only that is given) in `set`, keyed as the
+// coordinator keys it.
+Request Allreduce(const TensorKey& key, Shape shape = {2, 3}, std::vector<int32_t> set = {}) {
   Request r;
-  r.name = name;
+  r.key = key;
+  r.process_set = std::move(set);
+  r.name = KeyString(r.key, r.process_set);
   r.shape = std::move(shape);
   return r;
+}
+Request Allreduce(const std::string& name, Shape shape = {2, 3}) {
+  return Allreduce(TensorKey{name}, std::move(shape));
 }
 
 std::vector<std::string> Names(const std::vector<Response>& rs) {
@@ -203,8 +210,7 @@ TFRING_TEST(Negotiator, DescribeStalledShortensLongLists) {
 
 TFRING_TEST(Negotiator, ProcessSetsCompleteWithTheirMembers) {
   Negotiator n(3);
-  Request a = Allreduce("w [process set 0, 2]");
-  a.process_set = {0, 2};
+  Request a = Allreduce(TensorKey{"w"}, {2, 3}, {0, 2});
   n.Add(0, a, At(0));
   EXPECT_TRUE(n.TakeReady().empty());
   n.Add(2, a, At(0));
@@ -265,8 +271,12 @@ TFRING_TEST(Negotiator, JoinedRanksCompleteTensorsAndAreListed) {
   EXPECT_CONTAINS(ready[0].error, "alltoall 'a2a' cannot run while rank(s) [0, 1]");
 }
 
-Request Unnamed(int64_t n, const std::string& site) {
-  Request r = Allreduce("unnamed." + std::to_string(n));
+Request Unnamed(int64_t n, const std::string& site, int32_t part = -1,
+                std::vector<int32_t> set = {}) {
+  TensorKey key;
+  key.unnamed = n;
+  key.part = part;
+  Request r = Allreduce(key, {2, 3}, std::move(set));
   r.call_site = site;
   return r;
 }
@@ -334,12 +344,10 @@ TFRING_TEST(Negotiator, ADriftFailsEveryPartOfGroupedCallsAndWaitsCountPerRank) 
   // Rank 0's extra call is an unnamed grouped op of three tensors (in a process set); rank 1
   // waits in a named grouped op of two. Rank 1 submits 3 s after rank 0.
   for (int i = 0; i < 3; ++i) {
-    Request part = Unnamed(5, "a.py:3");
-    part.name = "unnamed.5." + std::to_string(i) + " [process set 0, 1]";
-    n.Add(0, part, At(0));
+    n.Add(0, Unnamed(5, "a.py:3", i, {0, 1}), At(0));
   }
-  n.Add(1, Allreduce("grads.group0.0"), At(3));
-  n.Add(1, Allreduce("grads.group0.1"), At(3));
+  n.Add(1, Allreduce(PartKey(TensorKey{"grads.group0"}, 0)), At(3));
+  n.Add(1, Allreduce(PartKey(TensorKey{"grads.group0"}, 1)), At(3));
   n.Add(1, Allreduce("other"), At(3));  // rank 1 waits in this too (another thread)
   EXPECT_FALSE(n.HasDrifted(2.0, At(4.5)));  // rank 1 has waited 1.5 s only
   const auto failed = n.TakeDrifted(2.0, At(5.5));
@@ -359,19 +367,21 @@ TFRING_TEST(Negotiator, ADriftFailsEveryPartOfGroupedCallsAndWaitsCountPerRank) 
 
 TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
   UnnamedNames names;
-  EXPECT_EQ(names.Next({}), "unnamed.0");
-  names.CatchUp({}, "unnamed.4.1");  // a grouped call's part
-  EXPECT_EQ(names.Next({}), "unnamed.5");
-  names.CatchUp({}, "unnamed.2");   // behind: nothing changes
-  names.CatchUp({}, "loss");        // not an unnamed call
-  EXPECT_EQ(names.Next({}), "unnamed.6");
-  EXPECT_EQ(names.Next({0, 2}), "unnamed.0");  // per process set
-  EXPECT_EQ(UnnamedNumber("unnamed.12"), 12);
-  EXPECT_EQ(UnnamedNumber("unnamed.3 [process set 0, 2]"), 3);  // a set's key
-  names.CatchUp({0, 2}, "unnamed.3 [process set 0, 2]");
-  EXPECT_EQ(names.Next({0, 2}), "unnamed.4");
-  EXPECT_EQ(UnnamedNumber("unnamed.x"), -1);
-  EXPECT_EQ(UnnamedNumber("unnamed.99999999999999999999999"), -1);
+  EXPECT_EQ(names.Next({}), 0);
+  TensorKey failed;
+  failed.unnamed = 4;
+  failed.part = 1;  // a grouped call's part
+  names.CatchUp({}, failed);
+  EXPECT_EQ(names.Next({}), 5);
+  failed.unnamed = 2;
+  names.CatchUp({}, failed);                // behind: nothing changes
+  names.CatchUp({}, TensorKey{"unnamed.9"});  // a user's name: not an unnamed call
+  EXPECT_EQ(names.Next({}), 6);
+  EXPECT_EQ(names.Next({0, 2}), 0);  // per process set
+  failed.unnamed = 3;
+  names.CatchUp({0, 2}, failed);
+  EXPECT_EQ(names.Next({0, 2}), 4);
+  EXPECT_EQ(names.Next({}), 7);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ TFRING_TEST(JoinInproc, JoinedRankContributesNothingAndAverageDividesByTheOthers
       op->name = "tfring.join";
       op->output.resize(sizeof(int32_t));
       Entry e;
-      e.request.name = "tfring.join";
+      e.request.key.name = "tfring.join";
       e.request.kind = CollectiveKind::kJoin;
       e.request.dtype = DataType::kInt32;
       e.request.cacheable = false;

@@ -82,10 +82,11 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
   Request& r = e->request;
   std::vector<int32_t>& set = r.process_set;
   if (!AreAscendingRanks(set, size_)) {
-    return "the process set of '" + r.name + "', " + RankListString(set) +
+    return "the process set of '" + KeyString(r.key, {}) + "', " + RankListString(set) +
            ", must list distinct ranks in [0, " + std::to_string(size_) + "), ascending";
   }
   if (static_cast<int>(set.size()) == size_) set.clear();  // all ranks: the global set
+  r.name = KeyString(r.key, set);
   if (!set.empty() && !IsMember(set, rank_)) {
     return "rank " + std::to_string(rank_) + " is not in the process set " +
            RankListString(set) + " of '" + r.name + "': only its members may submit it";
@@ -97,7 +98,6 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
     return "broadcast '" + r.name + "': root_rank " + std::to_string(r.root_rank) +
            " is not in its process set " + RankListString(set);
   }
-  if (!set.empty()) r.name = TensorKey(r.name, set);  // the global set's key is the name
   return "";
 }
 

@@ -112,9 +112,9 @@ class Coordinator : private CycleDriver::Cycles {
   // The fusion threshold and cycle time in force (the autotuner changes them). Thread-safe.
   TunedParams tuned_params() const;
 
-  // The name of this process's next unnamed eager call in `process_set` (unnamed_names.h).
-  // Thread-safe.
-  std::string NextUnnamedName(const std::vector<int32_t>& process_set) {
+  // The number of this process's next unnamed eager call in `process_set`
+  // (unnamed_names.h). Thread-safe.
+  int64_t NextUnnamedNumber(const std::vector<int32_t>& process_set) {
     return unnamed_names_.Next(process_set);
   }
 

@@ -40,7 +40,7 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
     // Numbers of later unnamed calls agree again: after a call that failed (before it
     // returns to its caller), and after one this rank sat out while joined.
     if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {
-      unnamed_names_.CatchUp(r.process_set, r.name);
+      unnamed_names_.CatchUp(r.process_set, r.key);
     }
     execute->Add(std::move(r));
   }

@@ -86,7 +86,7 @@ class Reader {
 
 // The first byte of every control-plane message. Ranks of one job run one build; a rank
 // from another build (a different tfring on some host) is named instead of misread.
-constexpr uint8_t kWireVersion = 3;
+constexpr uint8_t kWireVersion = 4;
 
 Status Corrupt(const char* what, int from_rank, const std::string& detail) {
   return Status::Internal(std::string("malformed ") + what + " message from rank " +
@@ -106,7 +106,9 @@ Status CheckVersion(Reader* rd, const char* what, int from_rank) {
 
 // The signature, written and read in one place for Requests and Responses.
 void PutSignature(Writer* w, const Signature& m) {
-  w->PutString(m.name);
+  w->PutString(m.key.name);  // the key, not its string: the receiver makes that (KeyString)
+  w->Put<int64_t>(m.key.unnamed);
+  w->Put<int32_t>(m.key.part);
   w->Put<uint8_t>(static_cast<uint8_t>(m.kind));
   w->Put<uint8_t>(static_cast<uint8_t>(m.dtype));
   w->Put<uint8_t>(static_cast<uint8_t>(m.reduce_op));
@@ -137,12 +139,20 @@ std::string CheckRanks(const std::vector<int32_t>& ranks, int world_size, const 
 // sees one that does not exist.
 std::string GetSignature(Reader* rd, int world_size, Signature* m) {
   uint8_t kind, dtype, op;
-  if (!rd->GetString(&m->name) || !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
+  if (!rd->GetString(&m->key.name) || !rd->Get(&m->key.unnamed) || !rd->Get(&m->key.part) ||
+      !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
       !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
       !rd->Get(&m->prescale_factor) || !rd->Get(&m->postscale_factor) ||
       !rd->GetInts(&m->shape) || !rd->GetRanks(&m->process_set)) {
     return "truncated or damaged fields";
   }
+  if (m->key.unnamed < -1 || m->key.part < -1) {
+    return "tensor key with unnamed " + std::to_string(m->key.unnamed) + ", part " +
+           std::to_string(m->key.part) + " (-1 or more)";
+  }
+  const std::string bad_set = CheckRanks(m->process_set, world_size, "process set");
+  if (!bad_set.empty()) return bad_set;
+  m->name = KeyString(m->key, m->process_set);
   if (kind > static_cast<uint8_t>(CollectiveKind::kJoin)) {
     return "unknown collective " + std::to_string(kind);
   }
@@ -152,8 +162,6 @@ std::string GetSignature(Reader* rd, int world_size, Signature* m) {
     return "root rank " + std::to_string(m->root_rank) + " of '" + m->name +
            "' outside a job of size " + std::to_string(world_size);
   }
-  const std::string bad_set = CheckRanks(m->process_set, world_size, "process set");
-  if (!bad_set.empty()) return bad_set;
   for (int64_t d : m->shape) {
     if (d < 0) return "negative dimension in the shape of '" + m->name + "'";
   }
@@ -234,10 +242,6 @@ bool MixedParts(const Signature& s) {
     if (part.dtype != s.parts[0].dtype) return true;
   }
   return false;
-}
-
-bool CachedByCallSite(const Request& q) {
-  return !q.call_site.empty() && IsSingleUnnamedKey(q.name);
 }
 
 Response ResponseTo(const Request& q) {

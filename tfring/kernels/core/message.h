@@ -24,6 +24,9 @@ struct TensorPart {
 // response cache keys on, and that Requests and Responses both carry (encoded once, by one
 // function, for both).
 struct Signature {
+  TensorKey key;  // which tensor (tensor_key.h); `name` is its string, in `process_set`
+  // KeyString(key, process_set): the one string maps, the cache, errors and the timeline use.
+  // Made when the tensor is queued (Coordinator::PrepareEntry) and when it is decoded.
   std::string name;
   CollectiveKind kind = CollectiveKind::kAllreduce;
   DataType dtype = DataType::kFloat32;
@@ -110,8 +113,10 @@ bool AreAscendingRanks(const std::vector<int32_t>& ranks, int world_size);
 // "[0, 2]".
 std::string RankListString(const std::vector<int32_t>& ranks);
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
-// of a grouped call, "unnamed.<n>.<i>", share a call site and are not).
-bool CachedByCallSite(const Request& q);
+// of a grouped call share a call site and are not).
+inline bool CachedByCallSite(const Request& q) {
+  return q.key.unnamed >= 0 && q.key.part < 0 && !q.call_site.empty();
+}
 // The response to `q` that carries q's signature, not yet cacheable; the negotiator fills
 // in the rest.
 Response ResponseTo(const Request& q);

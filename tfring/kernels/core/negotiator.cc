@@ -39,7 +39,7 @@ std::string PartsMismatch(const std::string& name, int r0, const Request& first,
   for (size_t i = 0; i < first.parts.size(); ++i) {
     const TensorPart& a = first.parts[i];
     const TensorPart& b = req.parts[i];
-    const std::string part = PartName(name, i);
+    const std::string part = KeyString(PartKey(first.key, i), first.process_set);
     if (a.dtype != b.dtype) {
       return Mismatch("data types", part, r0, DataTypeName(a.dtype), r, DataTypeName(b.dtype));
     }
@@ -307,14 +307,19 @@ std::vector<Response> Negotiator::TakeDrifted(double min_age_seconds,
         "other did not. Give such calls name=, or make every rank make the same calls (both " +
         "calls fail here; later calls pair again)";
     // Every part of the two calls (a grouped op's tensors are pending one by one).
-    const std::string s_call = CallOf(d.waits_unnamed), t_call = CallOf(d.waits_other);
+    auto same_call = [](const Request& x, const Request& y) {
+      return x.key.SameOp(y.key) && x.process_set == y.process_set;
+    };
     std::vector<std::string> s_parts, t_parts;  // sorted below: S's parts, then T's
     for (const auto& kv : pending_) {
       const Slot& x = kv.second;
       if (x.complete) continue;
-      const std::string call_of_x = CallOf(kv.first);
-      if (call_of_x == s_call && x.present[a] && !x.present[b]) s_parts.push_back(kv.first);
-      if (call_of_x == t_call && x.present[b] && !x.present[a]) t_parts.push_back(kv.first);
+      if (x.present[a] && !x.present[b] && same_call(x.by_rank[a], s)) {
+        s_parts.push_back(kv.first);
+      }
+      if (x.present[b] && !x.present[a] && same_call(x.by_rank[b], t)) {
+        t_parts.push_back(kv.first);
+      }
     }
     std::sort(s_parts.begin(), s_parts.end());
     std::sort(t_parts.begin(), t_parts.end());

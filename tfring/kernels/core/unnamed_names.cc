@@ -2,17 +2,15 @@
 
 #include <algorithm>
 
-#include "tfring/kernels/core/tensor_key.h"
-
 namespace tfring {
 
-std::string UnnamedNames::Next(const std::vector<int32_t>& process_set) {
+int64_t UnnamedNames::Next(const std::vector<int32_t>& process_set) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return UnnamedName(next_[process_set]++);
+  return next_[process_set]++;
 }
 
-void UnnamedNames::CatchUp(const std::vector<int32_t>& process_set, const std::string& name) {
-  const int64_t n = UnnamedNumber(name);
+void UnnamedNames::CatchUp(const std::vector<int32_t>& process_set, const TensorKey& key) {
+  const int64_t n = key.unnamed;
   if (n < 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t& next = next_[process_set];

@@ -1,5 +1,6 @@
-// Names of unnamed eager calls: "unnamed.<n>", n counting such calls per process set since
-// init, so that ranks making the same calls pair them in order (tfring/naming.py).
+// Numbers of unnamed eager calls (TensorKey::unnamed, shown "unnamed.<n>"), counting such
+// calls per process set since init, so that ranks making the same calls pair them in order
+// (tfring/naming.py).
 //
 // When ranks' calls drift apart (one rank made a call the others did not), rank 0 fails the
 // calls involved on every rank (Negotiator::TakeDrifted). Every rank then moves its count
@@ -13,17 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "tfring/kernels/core/tensor_key.h"
+
 namespace tfring {
 
 class UnnamedNames {
  public:
-  // The name of the next unnamed call in `process_set` (empty: all ranks). Thread-safe.
-  std::string Next(const std::vector<int32_t>& process_set);
+  // The number of the next unnamed call in `process_set` (empty: all ranks). Thread-safe.
+  int64_t Next(const std::vector<int32_t>& process_set);
 
-  // `name` ("unnamed.<n>", a grouped op's "unnamed.<n>.<i>", either with a process set's
-  // " [process set ...]" after it) failed on every rank, or this rank sat it out joined:
-  // the next call in `process_set` is numbered n + 1 or later. Other names change nothing.
-  void CatchUp(const std::vector<int32_t>& process_set, const std::string& name);
+  // The tensor `key` of `process_set` failed on every rank, or this rank sat it out joined:
+  // when it was an unnamed call's (number n), the next call in the set is numbered n + 1 or
+  // later. A named tensor changes nothing.
+  void CatchUp(const std::vector<int32_t>& process_set, const TensorKey& key);
 
  private:
   std::mutex mutex_;

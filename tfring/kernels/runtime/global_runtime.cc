@@ -292,7 +292,9 @@ void GlobalRuntime::EnqueueAll(std::vector<Entry> entries) {
   }
   if (!coordinator) {
     for (Entry& e : entries) {
-      e.done(NotInitialized("running '" + e.request.name + "'"));
+      // Not yet queued, so not yet keyed: its string is made here.
+      const std::string key = KeyString(e.request.key, e.request.process_set);
+      e.done(NotInitialized("running '" + key + "'"));
     }
     return;
   }

@@ -109,7 +109,12 @@ class AllreduceOp : public AsyncOpKernel {
     const int n = c->num_inputs();
     display_name_ = attrs_.name.Display();
     names_.reserve(n);
-    for (int i = 0; i < n; ++i) names_.push_back(OpName::Of(display_name_, i, n));
+    keys_.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      names_.push_back(attrs_.name.Display(i, n));
+      keys_.push_back(attrs_.name.Key(i, n));
+    }
+    unit_key_ = attrs_.name.Key(0, 1);
     tickets_ = std::make_unique<CacheTicket[]>(n);
   }
 
@@ -130,14 +135,14 @@ class AllreduceOp : public AsyncOpKernel {
       bytes += input.TotalBytes();
       if (unit) continue;
       Entry& e = entries[i];
-      e.request.name = names_[i];
+      e.request.key = keys_[i];
       e.request.dtype = dtype;
       e.request.shape = ShapeOf(input);
       e.input = DataOf(input);
     }
     for (size_t i = 0; i < entries.size(); ++i) {
       Entry& e = entries[i];
-      if (unit) e.request.name = display_name_;
+      if (unit) e.request.key = unit_key_;
       // A ticket serves one name (entry.h): an unnamed eager call is named when queued.
       if (!attrs_.name.unnamed()) e.cache_ticket = &tickets_[i];
       OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kAllreduce, &e.request), done);
@@ -163,7 +168,9 @@ class AllreduceOp : public AsyncOpKernel {
  private:
   const ReduceAttrs attrs_;
   std::string display_name_;        // the op's, as messages say it; a grouped op's unit's
-  std::vector<std::string> names_;  // each tensor's
+  std::vector<std::string> names_;  // each tensor's, as messages say it
+  std::vector<TensorKey> keys_;     // each tensor's
+  TensorKey unit_key_;              // a grouped op's unit's
   // Where each tensor sat in the response cache last time (entry.h); lives with the kernel.
   std::unique_ptr<CacheTicket[]> tickets_;
 };
@@ -184,7 +191,8 @@ class AllgatherOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.name = OpName::Of(name_.Display(), i, n);
+      e.request.key = name_.Key(i, n);
+      e.request.name = name_.Display(i, n);  // for messages until it is queued
       if (!CheckDtype<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
         TFRING_FAIL_ASYNC(ctx,
@@ -222,7 +230,8 @@ class BroadcastOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.name = name_.Display();
+    e.request.key = name_.Key(0, 1);
+    e.request.name = name_.Display();  // for messages until it is queued
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
       return done();
@@ -270,7 +279,8 @@ class ReducescatterOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.name = attrs_.name.Display();
+    e.request.key = attrs_.name.Key(0, 1);
+    e.request.name = attrs_.name.Display();  // for messages until it is queued
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
       return done();
@@ -313,7 +323,7 @@ class AlltoallOp : public AsyncOpKernel {
     const Tensor& splits = ctx->input(1);
     Entry e;
     const std::string name = op_name_.Display();
-    e.request.name = name;
+    e.request.key = op_name_.Key(0, 1);
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, name, input, &e.request.dtype, &runtime)) return done();
     int set_size = 0, position = 0;
@@ -374,7 +384,7 @@ class BarrierOp : public AsyncOpKernel {
     GlobalRuntime::Running runtime;
     if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
     Entry e;
-    e.request.name = name_.Display();
+    e.request.key = name_.Key(0, 1);
     e.request.kind = CollectiveKind::kBarrier;
     e.request.process_set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
@@ -407,7 +417,7 @@ class JoinOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
                          done);
     Entry e;
-    e.request.name = "tfring.join";
+    e.request.key.name = "tfring.join";
     e.request.kind = CollectiveKind::kJoin;
     e.request.dtype = DataType::kInt32;
     e.request.cacheable = false;

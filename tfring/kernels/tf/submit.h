@@ -124,10 +124,10 @@ struct ProcessSetAttr {
 
 // How an op's tensors are named: its "tensor_name" and "call_site" attributes. A name the
 // user gave or one derived from the graph (tfring/naming.py) is used as it is. An unnamed
-// eager call has an empty tensor_name and takes the next "unnamed.<n>" of its process set
-// only when it is queued (Coordinator::NextUnnamedName): a call that fails its checks
-// shifts no later name, and the attributes (so TensorFlow's cached kernel) stay the same
-// from call to call.
+// eager call has an empty tensor_name and takes the next number of its process set
+// (TensorKey::unnamed) only when it is queued (Coordinator::NextUnnamedNumber): a call that
+// fails its checks shifts no later number, and the attributes (so TensorFlow's cached
+// kernel) stay the same from call to call.
 struct OpName {
   std::string name;
   std::string call_site;  // unnamed eager calls: the user's "file:line"
@@ -143,26 +143,32 @@ struct OpName {
     if (!unnamed()) return name;
     return call_site.empty() ? std::string("unnamed call") : "unnamed call at " + call_site;
   }
-  // The name of tensor `index` of `count` (grouped ops suffix their tensors' positions).
-  static std::string Of(const std::string& base, int index, int count) {
-    return count == 1 ? base : PartName(base, index);
+  // The key of tensor `index` of `count` (a grouped op's tensors are its parts); an unnamed
+  // call's number is added when it is queued.
+  TensorKey Key(int index, int count) const {
+    TensorKey key{name};
+    if (count > 1) key.part = index;
+    return key;
+  }
+  // What messages call tensor `index` of `count` before the op is queued.
+  std::string Display(int index, int count) const {
+    return count == 1 ? Display() : KeyString(PartKey(TensorKey{Display()}, index), {});
   }
 };
 
 // Hands the kernel's entries to the runtime; the kernel completes when every one is done.
 // An eager op of at most KernelCompletion::kInlineWaitMaxBytes waits for them on the
-// caller's thread (adapter.h). Unnamed calls get their names here, once every check passed.
+// caller's thread (adapter.h). Unnamed calls get their numbers here, once every check passed.
 template <bool kOnGpu>
 void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vector<Entry> entries,
                bool eager, int64_t bytes, const OpName& op_name,
                GlobalRuntime::Running* runtime) {
   if (op_name.unnamed() && !entries.empty()) {
-    const std::string base =
-        runtime->coordinator->NextUnnamedName(entries[0].request.process_set);
-    const int n = static_cast<int>(entries.size());
-    for (int i = 0; i < n; ++i) {
-      entries[i].request.name = OpName::Of(base, i, n);
-      entries[i].request.call_site = op_name.call_site;
+    const int64_t number =
+        runtime->coordinator->NextUnnamedNumber(entries[0].request.process_set);
+    for (Entry& e : entries) {
+      e.request.key.unnamed = number;
+      e.request.call_site = op_name.call_site;
     }
   }
   KernelCompletion* completion = KernelCompletion::Create(

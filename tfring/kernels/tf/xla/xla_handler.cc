@@ -109,7 +109,7 @@ ffi::Error Read(const ffi::Dictionary& attrs, const char* name, Out* out) {
 ffi::Error RunAsUnit(std::vector<Entry> tensors, std::string name) {
   Entry unit;
   unit.request = tensors[0].request;  // what the call's tensors share
-  unit.request.name = std::move(name);
+  unit.request.key = TensorKey{std::move(name)};  // the call's, not its first tensor's
   unit.request.parts.resize(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     unit.request.parts[i] = {tensors[i].request.dtype, tensors[i].request.shape};
@@ -181,7 +181,9 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
     if (output.has_error()) return output.error();
     Entry& e = (*entries)[i];
     e.request = r;
-    e.request.name = n == 1 ? base : PartName(base, i);
+    e.request.key.name = base;
+    if (n > 1) e.request.key.part = i;
+    e.request.name = KeyString(e.request.key, {});  // for messages until it is queued
     if (!FromFfiDataType(input->element_type(), &e.request.dtype)) {
       return ffi::Error::InvalidArgument(
           "tfring does not support the XLA element type " +
