@@ -22,9 +22,10 @@ from tfring import _xla
 _WARNED = set()
 
 
-def install_keras_jit_guard(is_distributed):
+def install_keras_jit_guard(is_distributed, without_xla=lambda optimizer: None):
     """Makes Keras 3 resolve jit_compile to False for models with a tfring optimizer when
-    tfring's ops cannot run under XLA here.
+    tfring's ops cannot run under XLA here, or when without_xla(optimizer) says why that
+    optimizer cannot (a reason, or None).
 
     Returns False (and changes nothing) when this Keras has no such function to extend.
     """
@@ -38,9 +39,14 @@ def install_keras_jit_guard(is_distributed):
 
     def model_supports_jit(model):
         optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None and is_distributed(optimizer) and not _xla.available():
-            _warn_once(model, "tfring.keras.DistributedOptimizer")
-            return False
+        if optimizer is not None and is_distributed(optimizer):
+            if not _xla.available():
+                _warn_once(model, "tfring.keras.DistributedOptimizer")
+                return False
+            reason = without_xla(optimizer)
+            if reason:
+                _warn_once(model, "tfring.keras.DistributedOptimizer", reason)
+                return False
         return original(model)
 
     model_supports_jit._tfring_guard = True
@@ -48,13 +54,13 @@ def install_keras_jit_guard(is_distributed):
     return True
 
 
-def _warn_once(model, who):
+def _warn_once(model, who, reason=None):
     key = id(model)
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(f"{who}: jit_compile (XLA) is off for model '{model.name}': "
-                      f"{_xla.why_unavailable()}, so its train step runs as a tf.function "
-                      "without XLA.", stacklevel=2)
+                      f"{reason or _xla.why_unavailable()}, so its train step runs as a "
+                      "tf.function without XLA.", stacklevel=2)
 
 
 def disable_jit_compile(model, who):

@@ -23,9 +23,17 @@ import tensorflow as tf
 from tfring import _accumulation, _gradients, collectives, functions
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
-from tfring.keras import _tf_keras, _xla
+from tfring.keras import _sharded, _tf_keras, _xla
 
 _KIND = "keras.DistributedOptimizer"
+# Each rank holds its blocks only, and a checkpoint written by one rank must hold the whole
+# state: until the blocks are gathered for it, saving that state is refused, not written
+# wrong.
+_SHARDED_SAVE = ("Saving a model or optimizer trained with shard_optimizer_state=True "
+                 "(model.save, model.save_weights, ModelCheckpoint, tf.train.Checkpoint) is not "
+                 "supported yet: each rank holds its block of the optimizer state only, and "
+                 "Keras saves the optimizer with the weights. Keep the weights alone "
+                 "(model.get_weights()) meanwhile; docs/sharded-optimizer.md.")
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
@@ -34,7 +42,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          gradient_predivide_factor=1.0, op=collectives.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
-                         scale_local_gradients=True):
+                         scale_local_gradients=True, shard_optimizer_state=False):
     """Wraps a Keras optimizer so that `model.fit` averages gradients over all ranks.
 
     Args:
@@ -54,6 +62,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         process_set: reduce over the ranks of this tfring.ProcessSet only.
         scale_local_gradients: divide the gradients of variables given to
             `register_local_var` (which are not reduced) by the set's size, as Horovod.
+        shard_optimizer_state: tfring's own (not Horovod's): each rank keeps and updates
+            the optimizer state of 1/N of the weights only (ZeRO stage 1); gradients are
+            reduce-scattered and the updated weights allgathered. Keras 3 optimizers;
+            docs/sharded-optimizer.md says what it supports.
 
     Returns:
         A DistributedKerasOptimizer (a DistributedLossScaleOptimizer for a
@@ -69,7 +81,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                    gradient_predivide_factor=gradient_predivide_factor,
                    average_aggregated_gradients=average_aggregated_gradients,
                    groups=_gradients.resolve_groups(num_groups, groups), process_set=process_set,
-                   scale_local_gradients=scale_local_gradients)
+                   scale_local_gradients=scale_local_gradients,
+                   shard_optimizer_state=shard_optimizer_state)
     if isinstance(optimizer, _DistributedMixin):
         raise ValueError(f"The optimizer '{optimizer.name}' is already a tfring "
                          "DistributedOptimizer; wrap the inner optimizer once.")
@@ -84,6 +97,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         return DistributedKerasOptimizer(optimizer, **options)
     if _tf_keras.is_tf_keras_optimizer(optimizer):
         options.pop("name")
+        if options.pop("shard_optimizer_state"):
+            raise ValueError("shard_optimizer_state=True is not available for tf_keras "
+                             "optimizers yet; use a Keras 3 optimizer.")
         return _tf_keras.distribute(optimizer, **options)
     raise TypeError(f"tfring.keras.DistributedOptimizer needs a Keras optimizer (Keras 3, or "
                     f"tf_keras with TF_USE_LEGACY_KERAS=1). Received: {type(optimizer)!r}")
@@ -127,11 +143,18 @@ class _DistributedMixin:
 
     def _init_distributed(self, compression, sparse_as_dense, backward_passes_per_step, op,
                           gradient_predivide_factor, average_aggregated_gradients, groups,
-                          process_set=global_process_set, scale_local_gradients=True):
+                          process_set=global_process_set, scale_local_gradients=True,
+                          shard_optimizer_state=False):
         _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
                                  average_aggregated_gradients)
         if isinstance(compression, str):
             compression = _COMPRESSIONS[compression]
+        self._sharded = None
+        if shard_optimizer_state:
+            _sharded.check_options(op, process_set, groups)
+            self._sharded = _sharded.ShardedKerasState(
+                self.inner_optimizer, f"{_KIND}.sharded", compression, op,
+                gradient_predivide_factor)
         self._local_vars = _gradients.LocalVariables()
         self._reduce_options = dict(op=op, compression=compression,
                                     sparse_as_dense=sparse_as_dense,
@@ -145,7 +168,18 @@ class _DistributedMixin:
 
     def register_local_var(self, var):
         """Horovod's: `var`'s gradient stays this rank's own (not reduced over ranks)."""
+        if self._sharded is not None:
+            raise ValueError("shard_optimizer_state=True cannot keep a variable local: its "
+                             "optimizer state is split over the ranks' blocks.")
         self._local_vars.add(var)
+
+    def _build_variables(self, var_list):
+        """What the wrapped optimizer is built on: the model's variables, or (sharded) this
+        rank's blocks of them."""
+        # Not through Keras's attribute tracking, which would count the model's variables
+        # among the optimizer's own (and save them with it).
+        object.__setattr__(self, "_model_variables", tuple(var_list))
+        return self._sharded.build(var_list) if self._sharded is not None else var_list
 
     def _build_distributed(self, var_list):
         if self.backward_passes_per_step == 1 or self._accumulator is not None:
@@ -156,39 +190,56 @@ class _DistributedMixin:
         self._accumulator.build(var_list)
 
     def _apply_distributed(self, grads, trainable_variables, apply_fn):
-        """Builds on first use, reduces `grads`, then apply_fn(reduced, variables)."""
+        """Builds on first use, reduces `grads`, then apply_fn(reduced, variables): the
+        model's variables, or (sharded) this rank's blocks and their gradients."""
         if trainable_variables is None:
             if not self.built:
                 raise ValueError(f"{self.name}: pass the variables with the first gradients "
                                  "(apply_gradients(zip(grads, variables))), or build() first.")
-            trainable_variables = self._trainable_variables
+            trainable_variables = self._model_variables
         variables = list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(variables)
             self.built = True
-        self._reduce_then_apply(grads, variables, lambda reduced: apply_fn(reduced, variables))
-
-    def _reduce_then_apply(self, grads, trainable_variables, apply_fn):
-        """Reduces `grads` over ranks and calls apply_fn(reduced) (every Nth call if N > 1)."""
         _xla.check_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
-        grads = list(grads)
+        if self._sharded is not None:
+            sparse = self._reduce_options["sparse_as_dense"]
+
+            def reduce_and_apply(grads):
+                self._sharded.step(_sharded.dense(grads, variables, sparse), variables,
+                                   apply_fn)
+        else:
+            def reduce_and_apply(grads):
+                apply_fn(_gradients.allreduce_gradients(
+                    grads, variables, kind=_KIND, **self._reduce_options), variables)
+        self._accumulate_then(list(grads), reduce_and_apply)
+
+    def _accumulate_then(self, grads, reduce_and_apply):
+        """reduce_and_apply(grads), or with N > 1 of the sums of every N passes' gradients."""
         if self.backward_passes_per_step == 1:
-            apply_fn(_gradients.allreduce_gradients(
-                grads, trainable_variables, kind=_KIND, **self._reduce_options))
+            reduce_and_apply(grads)
             return
         accumulator = self._accumulator
         is_update = accumulator.add(grads)
 
         def update():
             totals = accumulator.totals(grads)
-            reduced = _gradients.allreduce_gradients(
-                totals, trainable_variables, kind=_KIND, **self._reduce_options)
-            apply_fn(reduced)
-            accumulator.reset_after(reduced)
+            reduce_and_apply(totals)
+            accumulator.reset_after(totals)
             return tf.no_op()
 
         tf.cond(is_update, update, tf.no_op)
+
+    def save_own_variables(self, store):
+        if self._sharded is not None:
+            raise NotImplementedError(_SHARDED_SAVE)
+        super().save_own_variables(store)
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        if self._sharded is not None and self.built:
+            raise NotImplementedError(_SHARDED_SAVE)
+        return super()._trackable_children(save_type, **kwargs)
 
     def _distributed_config(self):
         compression = next((k for k, v in _COMPRESSIONS.items()
@@ -201,7 +252,8 @@ class _DistributedMixin:
                 "gradient_predivide_factor": self._reduce_options["gradient_predivide_factor"],
                 "average_aggregated_gradients": self.average_aggregated_gradients,
                 # Lists of variables cannot be saved; a reload reduces them ungrouped.
-                "groups": groups if isinstance(groups, int) else None}
+                "groups": groups if isinstance(groups, int) else None,
+                "shard_optimizer_state": self._sharded is not None}
 
 
 @keras.saving.register_keras_serializable(package="tfring")
@@ -215,16 +267,16 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
                  sparse_as_dense=False, backward_passes_per_step=1, op=collectives.Average,
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  groups=None, process_set=global_process_set, scale_local_gradients=True,
-                 **kwargs):
+                 shard_optimizer_state=False, **kwargs):
         super().__init__(learning_rate=0.0,
                          name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
         self.inner_optimizer = inner_optimizer
         self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
                                gradient_predivide_factor, average_aggregated_gradients, groups,
-                               process_set, scale_local_gradients)
+                               process_set, scale_local_gradients, shard_optimizer_state)
 
     def build(self, var_list):
-        self.inner_optimizer.build(var_list)
+        self.inner_optimizer.build(self._build_variables(var_list))
         self._build_distributed(var_list)
         super().build(var_list)
 
@@ -286,17 +338,23 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
                  backward_passes_per_step=1, op=collectives.Average,
                  gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                  groups=None, process_set=global_process_set, scale_local_gradients=True,
-                 **kwargs):
+                 shard_optimizer_state=False, **kwargs):
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps,
                          name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
         self._init_distributed(compression, sparse_as_dense, backward_passes_per_step, op,
                                gradient_predivide_factor, average_aggregated_gradients, groups,
-                               process_set, scale_local_gradients)
+                               process_set, scale_local_gradients, shard_optimizer_state)
 
     def build(self, var_list):
-        super().build(var_list)
+        super().build(self._build_variables(var_list))
         self._build_distributed(var_list)
+
+    def check_finite(self, grads):
+        # Sharded, each rank tests its block of the gradients: every rank must take the
+        # same branch (apply, or skip and lower the scale), so the answer is all ranks'.
+        finite = super().check_finite(grads)
+        return finite if self._sharded is None else self._sharded.all_finite(finite)
 
     def apply(self, grads, trainable_variables=None):
         # The LossScaleOptimizer's own apply: unscale, test for inf/nan, apply or skip.
@@ -343,7 +401,15 @@ def is_distributed(optimizer):
     return isinstance(optimizer, _DistributedMixin) or _tf_keras.is_distributed(optimizer)
 
 
-_xla.install_keras_jit_guard(is_distributed)
+def _without_xla(optimizer):
+    """Why `optimizer`'s step cannot run under XLA although tfring's ops can, or None."""
+    if getattr(optimizer, "_sharded", None) is not None:
+        return ("shard_optimizer_state=True gathers the updated weights with allgather, "
+                "which has no XLA lowering yet")
+    return None
+
+
+_xla.install_keras_jit_guard(is_distributed, _without_xla)
 
 
 def broadcast_global_variables(root_rank):

@@ -1,0 +1,165 @@
+"""shard_optimizer_state=True for the Keras 3 wrappers: the wrapped optimizer keeps and
+updates this rank's block of the weights only (tfring/_sharded_state.py says how).
+
+The wrapped optimizer is built on block variables (one per group, of the block's size)
+instead of the model's variables, so its slots are blocks too. Each step copies this rank's
+block of the current weights into them (the weights may have changed outside the optimizer:
+a broadcast, set_weights, a restored checkpoint), lets the optimizer update them with the
+block's reduced gradient, and gathers every rank's block back into the model's variables.
+
+What a whole-variable optimizer computes over all gradients is made whole again here: the
+norms of clipnorm and global_clipnorm are summed over the ranks' blocks, and a
+LossScaleOptimizer's finite test is one answer for all ranks (DistributedLossScaleOptimizer
+asks `all_finite`). Weight decay stays per variable: variables with it and without it are
+separate groups, and the block of the group without it is excluded from decay.
+"""
+
+import keras
+import tensorflow as tf
+
+from tfring import _sharded_state, collectives, runtime
+from tfring.process_sets import global_process_set
+
+
+def check_options(op, process_set, groups):
+    """Raises ValueError for what sharded state cannot do, saying why."""
+    if op not in (collectives.Average, collectives.Sum):
+        raise ValueError("shard_optimizer_state=True needs op=tfring.Average or tfring.Sum: "
+                         "Adasum combines whole gradients pairwise, and a rank holds a "
+                         f"block of them only. Received: op={op!r}")
+    if process_set is not global_process_set:
+        raise ValueError("shard_optimizer_state=True shards the state over all ranks; it "
+                         "cannot reduce over a process set (the ranks outside it would hold "
+                         "blocks no one updates).")
+    if groups is not None:
+        raise ValueError("shard_optimizer_state=True reduces each dtype's gradients as one "
+                         "buffer already; `groups` has no meaning there. Leave it None.")
+
+
+def dense(grads, variables, sparse_as_dense):
+    """`grads` with tf.IndexedSlices made dense when sparse_as_dense is on; an error
+    otherwise (a block holds parts of whole variables, not rows of some)."""
+    out = []
+    for g, v in zip(grads, variables):
+        if isinstance(g, tf.IndexedSlices):
+            if not sparse_as_dense:
+                raise ValueError(
+                    f"The gradient of '{v.name}' is sparse (tf.IndexedSlices, an Embedding's "
+                    "say). shard_optimizer_state=True reduces dense blocks: pass "
+                    "sparse_as_dense=True to make such gradients dense.")
+            g = tf.convert_to_tensor(g)
+        out.append(g)
+    return out
+
+
+class ShardedKerasState:
+    """The blocks of one Keras 3 wrapper (an object Keras does not track: the block
+    variables mirror the model's weights and are no optimizer state of their own)."""
+
+    def __init__(self, inner, kind, compression, op, gradient_predivide_factor):
+        self._inner = inner
+        self._kind = kind
+        self._options = dict(compression=compression, op=op,
+                             gradient_predivide_factor=gradient_predivide_factor)
+        self.update = None
+        self.blocks = []
+
+    def build(self, variables):
+        """Makes the block variables for `variables` (the model's); returns them, for the
+        wrapped optimizer to be built on."""
+        inner = self._inner
+        self._refuse(variables)
+        decays = getattr(inner, "weight_decay", None) is not None
+        self.update = _sharded_state.ShardedUpdate(
+            variables, runtime.rank(), runtime.size(), self._kind,
+            group_of=(lambda v: inner._use_weight_decay(v)) if decays else (lambda v: None),
+            **self._options)
+        self.blocks = []
+        for g, layout in enumerate(self.update.layouts):
+            self.blocks.append(keras.Variable(
+                tf.zeros([layout.length], layout.dtype), dtype=layout.dtype, trainable=False,
+                name=f"tfring_block{g}"))
+        if decays:
+            excluded = {inner._var_key(b) for b, (_, decay) in zip(self.blocks, self.update.group_keys)
+                        if not decay}
+            inner._exclude_from_weight_decay = set(
+                getattr(inner, "_exclude_from_weight_decay", set())) | excluded
+            inner._exclude_from_weight_decay_cache = {}
+            for block, (_, decay) in zip(self.blocks, self.update.group_keys):
+                if decay and not inner._use_weight_decay(block):
+                    raise ValueError(
+                        f"{self._kind}: the optimizer's exclude_from_weight_decay names match "
+                        f"tfring's block variable '{block.name}'; with shard_optimizer_state="
+                        "True, exclude variables by var_list or by names that do not match "
+                        "'tfring_block'.")
+        self._clip_over_ranks()
+        return self.blocks
+
+    def _refuse(self, variables):
+        inner = self._inner
+        if getattr(inner, "use_ema", False):
+            raise ValueError(f"{self._kind}: shard_optimizer_state=True does not support "
+                             "use_ema=True yet (the moving averages would be blocks, and "
+                             "finalize_variable_values writes whole variables).")
+        for v in variables:
+            if getattr(v, "overwrite_with_gradient", False):
+                raise ValueError(f"{self._kind}: variable '{v.name}' is overwritten with its "
+                                 "gradient (overwrite_with_gradient), which "
+                                 "shard_optimizer_state=True cannot split into blocks.")
+
+    def _clip_over_ranks(self):
+        """The wrapped optimizer clips the blocks' gradients with norms of whole variables
+        (clipnorm) or of the whole model (global_clipnorm), summed over the ranks."""
+        inner, update = self._inner, self.update
+        own_clip = inner._clip_gradients
+        # numpy: build() may run inside one traced function and the clipping in another.
+        segment_arrays = [layout.segment_ids() for layout in update.layouts]
+        counts = [len(layout.variables) for layout in update.layouts]
+
+        def clip_gradients(grads):
+            if inner.clipnorm and inner.clipnorm > 0:
+                segments = [tf.constant(ids) for ids in segment_arrays]
+                squares = [tf.math.unsorted_segment_sum(tf.square(g), ids, n)
+                           for g, ids, n in zip(grads, segments, counts)]
+                sums = tf.split(update.sum_over_ranks(
+                    tf.concat([tf.cast(s, tf.float32) for s in squares], 0), "clipnorm"),
+                    counts)
+                out = []
+                for g, ids, s in zip(grads, segments, sums):
+                    norm = tf.sqrt(s)
+                    factor = inner.clipnorm / tf.maximum(norm, inner.clipnorm)
+                    out.append(g * tf.cast(tf.gather(factor, ids), g.dtype))
+                return out
+            if inner.global_clipnorm and inner.global_clipnorm > 0:
+                square = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32)))
+                                   for g in grads])
+                norm = tf.sqrt(update.sum_over_ranks(square, "global_clipnorm"))
+                clip = inner.global_clipnorm
+                scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
+                return [g * tf.cast(scale, g.dtype) for g in grads]
+            return own_clip(grads)  # clipvalue (element by element), or none
+
+        inner._clip_gradients = clip_gradients
+
+    def step(self, grads, variables, apply_fn):
+        """Reduces `grads` (one per model variable) into blocks, applies them with
+        apply_fn(block_grads, block_variables), and gathers the blocks into `variables`."""
+        missing = [v.name for g, v in zip(grads, variables) if g is None]
+        if missing:
+            raise ValueError(f"{self._kind}: no gradient for {missing}. With "
+                             "shard_optimizer_state=True every trainable variable needs a "
+                             "gradient (its elements share blocks with other variables'); "
+                             "freeze such variables (trainable=False) instead.")
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        block_grads = self.update.reduce_scatter(grads)
+        for block, value in zip(self.blocks, self.update.blocks_of(variables)):
+            block.assign(value)
+        apply_fn(block_grads, self.blocks)
+        for v, value in zip(variables, self.update.allgather(self.blocks)):
+            v.assign(value)
+            if getattr(v, "constraint", None) is not None:
+                v.assign(v.constraint(v))
+
+    def all_finite(self, finite):
+        """One answer for all ranks: whether every rank's block of the gradients is finite."""
+        return self.update.min_over_ranks(tf.cast(finite, tf.int32), "finite") > 0
