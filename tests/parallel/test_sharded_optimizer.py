@@ -187,15 +187,90 @@ def test_refusals_say_why():
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
-def test_saving_the_state_is_refused_until_it_is_gathered(tmp_path):
-    model = _fit(lambda: keras.optimizers.Adam(0.01), True)
-    # Keras saves the optimizer with the weights, so every way of saving is refused (not
-    # written with one rank's blocks, which would resume wrong).
-    with pytest.raises(NotImplementedError, match="each rank holds its block"):
-        model.save(str(tmp_path / f"m{tfring.rank()}.keras"))
-    with pytest.raises(NotImplementedError, match="each rank holds its block"):
-        model.save_weights(str(tmp_path / f"w{tfring.rank()}.weights.h5"))
-    with pytest.raises(NotImplementedError, match="each rank holds its block"):
+def _shared_dir(tmp_path):
+    """Rank 0's tmp_path, for every rank (one machine)."""
+    return tfring.broadcast_object(str(tmp_path), 0, name="sharded.tmp")
+
+
+def _optimizer_state(path):
+    """{dataset path: array} of the optimizer's part of a Keras weights file."""
+    import h5py
+    out = {}
+    with h5py.File(path, "r") as f:
+        f["optimizer"].visititems(
+            lambda name, item: out.__setitem__(name, item[()]) if hasattr(item, "shape")
+            else None)
+    return out
+
+
+def _fit_with_checkpoint(sharded, path, epochs=1, model=None):
+    """fit() with tfring's broadcast callback on every rank and a ModelCheckpoint on rank 0
+    listed after it, as Horovod's examples write it."""
+    if model is None:
+        model = _model()
+        model.compile(optimizer=tk.DistributedOptimizer(
+            keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
+    callbacks = [tk.callbacks.BroadcastGlobalVariablesCallback(0)]
+    if tfring.rank() == 0 and path:
+        callbacks.append(keras.callbacks.ModelCheckpoint(path, save_weights_only=True))
+    x, y = _data(tfring.rank())
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=callbacks)
+    return model
+
+
+def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(tmp_path):
+    root = _shared_dir(tmp_path)
+    sharded_file, plain_file = f"{root}/sharded.weights.h5", f"{root}/plain.weights.h5"
+    _fit_with_checkpoint(True, sharded_file)
+    _fit_with_checkpoint(False, plain_file)
+    tfring.barrier()
+    if tfring.rank() == 0:  # the same variables, the same (whole) values
+        sharded, plain = _optimizer_state(sharded_file), _optimizer_state(plain_file)
+        assert sorted(sharded) == sorted(plain) and len(plain) > 6
+        for key in plain:
+            np.testing.assert_allclose(sharded[key], plain[key], rtol=1e-5, atol=1e-7,
+                                       err_msg=key)
+    # Resume from the unsharded file (any number of ranks writes that layout), sharded and
+    # not: one more epoch each, the same weights.
+    resumed = {}
+    for sharded in (True, False):
+        model = _model()
+        model.compile(optimizer=tk.DistributedOptimizer(
+            keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        model.load_weights(plain_file)
+        resumed[sharded] = _flat(_fit_with_checkpoint(sharded, None, model=model).get_weights())
+    np.testing.assert_allclose(resumed[True], resumed[False], rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(resumed[True])
+    # Rank 0 alone loads (as Horovod's examples resume); the broadcast callback gives every
+    # rank its block of rank 0's state.
+    model = _model()
+    model.compile(optimizer=tk.DistributedOptimizer(
+        keras.optimizers.Adam(0.01), shard_optimizer_state=True), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    if tfring.rank() == 0:
+        model.load_weights(plain_file)
+    alone = _flat(_fit_with_checkpoint(True, None, model=model).get_weights())
+    np.testing.assert_allclose(alone, resumed[False], rtol=1e-5, atol=1e-6)
+
+
+def test_a_save_needs_the_state_gathered_at_this_step(tmp_path):
+    model = _fit(lambda: keras.optimizers.Adam(0.01), True)  # no tfring callback: no gather
+    with pytest.raises(RuntimeError, match="was not gathered"):
+        model.save_weights(str(tmp_path / "w.weights.h5"))
+    model.optimizer.gather_state()
+    if tfring.rank() == 0:
+        model.save_weights(str(tmp_path / "w.weights.h5"))
+    else:
+        with pytest.raises(RuntimeError, match="save on rank 0"):
+            model.save_weights(str(tmp_path / "w.weights.h5"))
+    x, y = _data(tfring.rank())
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    if tfring.rank() == 0:
+        with pytest.raises(RuntimeError, match="gather it again"):
+            model.save_weights(str(tmp_path / "w.weights.h5"))
+    with pytest.raises(NotImplementedError, match="tf.train.Checkpoint"):
         tf.train.Checkpoint(model=model).write(str(tmp_path / f"ckpt{tfring.rank()}"))
 
 

@@ -3,7 +3,9 @@
 The first of tfring's callbacks to see a rank's epoch end calls `tfring.join()`: the rank
 then takes part in the other ranks' remaining gradient allreduces with zeros. Once every
 rank has joined, if ranks ran different numbers of steps, every rank takes the weights and
-optimizer state of the rank that ran the most.
+optimizer state of the rank that ran the most. A sharded optimizer's state
+(shard_optimizer_state=True) is then gathered on rank 0, for a ModelCheckpoint listed
+after tfring's callbacks to save it whole.
 """
 
 import warnings
@@ -34,7 +36,13 @@ def end_epoch_together(model):
         return
     state["joined"] = True
     collectives.join()
-    steps = _iterations(model) - state["start"]
+    _take_the_longest_run(model, _iterations(model) - state["start"])
+    gather_state = getattr(model.optimizer, "gather_state", None)
+    if gather_state is not None:
+        gather_state()
+
+
+def _take_the_longest_run(model, steps):
     counts = collectives.allgather(tf.constant([steps], tf.int64),
                                    name="tfring.keras.epoch_steps").numpy()
     if len(set(counts.tolist())) == 1:
@@ -63,6 +71,11 @@ class EndEpochTogether:
 
 
 def optimizer_variables(optimizer):
+    """The optimizer's variables that every rank holds alike: all of them, but of a sharded
+    one (shard_optimizer_state=True) not the blocks, which each rank holds its own of."""
+    sharded = getattr(optimizer, "_sharded", None)
+    if sharded is not None:
+        return list(optimizer._variables) + sharded.replicated_variables()
     # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
     variables = optimizer.variables
     return list(variables() if callable(variables) else variables)

@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from tfring import _sharded_state, collectives, runtime
+from tfring.keras import _sharded_checkpoint
 from tfring.process_sets import global_process_set
 
 
@@ -63,10 +64,37 @@ class ShardedKerasState:
                              gradient_predivide_factor=gradient_predivide_factor)
         self.update = None
         self.blocks = []
+        self._slots = []  # (slot, block, name) as the wrapped optimizer makes them
+        self._checkpoint = None
 
-    def build(self, variables):
-        """Makes the block variables for `variables` (the model's); returns them, for the
-        wrapped optimizer to be built on."""
+    def build_inner(self, variables, build_fn):
+        """Makes the blocks of `variables` (the model's) and calls build_fn(blocks), which
+        builds the wrapped optimizer on them."""
+        blocks = self._make_blocks(variables)
+        with _sharded_checkpoint.recording_slots(self._inner, self._slots):
+            build_fn(blocks)
+        for slot, block, name in self._slots:
+            if tuple(slot.shape) != tuple(block.shape):
+                raise ValueError(
+                    f"{self._kind}: {type(self._inner).__name__} keeps a '{name}' of shape "
+                    f"{tuple(slot.shape)} for a block of {tuple(block.shape)}: "
+                    "shard_optimizer_state=True needs an optimizer whose state is kept "
+                    "element by element (SGD, Adam, AdamW, RMSprop, ...).")
+        inner = self._inner
+        # Keras saves the wrapped optimizer on its own too (model.save walks its
+        # attributes): whole, as the wrapper saves it.
+        inner.save_own_variables = lambda store: _store(store, self.checkpoint.values_to_save())
+        inner.load_own_variables = lambda store: self.checkpoint.load(_stored(store))
+
+    @property
+    def checkpoint(self):
+        """The whole state's layout, gathering and loading (made on first use)."""
+        if self._checkpoint is None:
+            self._checkpoint = _sharded_checkpoint.ShardedCheckpoint(
+                self._inner, self.update, self.blocks, self._slots, self._kind)
+        return self._checkpoint
+
+    def _make_blocks(self, variables):
         inner = self._inner
         self._refuse(variables)
         decays = getattr(inner, "weight_decay", None) is not None
@@ -94,6 +122,18 @@ class ShardedKerasState:
                         "'tfring_block'.")
         self._clip_over_ranks()
         return self.blocks
+
+    def save(self, own_variables, store):
+        """Writes the wrapper's `own_variables`, then the wrapped optimizer's whole state,
+        as the unsharded wrapper writes them."""
+        _store(store, [v.numpy() for v in own_variables] + self.checkpoint.values_to_save())
+
+    def load(self, own_variables, store):
+        values = _stored(store)
+        own = len(own_variables)
+        for variable, value in zip(own_variables, values[:own]):
+            variable.assign(value)
+        self.checkpoint.load(values[own:])
 
     def _refuse(self, variables):
         inner = self._inner
@@ -160,6 +200,21 @@ class ShardedKerasState:
             if getattr(v, "constraint", None) is not None:
                 v.assign(v.constraint(v))
 
+    def replicated_variables(self):
+        """The wrapped optimizer's variables that every rank holds alike (counters, the
+        learning rate): what a broadcast of the optimizer may send as they are."""
+        slots = {id(slot) for slot, _, _ in self._slots}
+        return [v for v in self._inner.variables if id(v) not in slots]
+
     def all_finite(self, finite):
         """One answer for all ranks: whether every rank's block of the gradients is finite."""
         return self.update.min_over_ranks(tf.cast(finite, tf.int32), "finite") > 0
+
+
+def _store(store, values):
+    for i, value in enumerate(values):
+        store[str(i)] = value
+
+
+def _stored(store):
+    return [store[str(i)] for i in range(len(store.keys()))]

@@ -141,6 +141,9 @@ class BroadcastGlobalVariablesCallback(_epoch_end.EndEpochTogether, util.NoXlaMi
                 functions.broadcast_variables(
                     _epoch_end.optimizer_variables(self.model.optimizer), self.root_rank,
                     name="BroadcastGlobalVariablesCallback.optimizer")
+                sharded = getattr(self.model.optimizer, "_sharded", None)
+                if sharded is not None:  # root's loaded checkpoint, block by block
+                    sharded.checkpoint.scatter_loaded(self.root_rank)
                 self._optimizer_pending = False
         self.broadcast_done = not (self._model_pending or self._optimizer_pending)
 

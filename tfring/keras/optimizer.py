@@ -26,14 +26,12 @@ from tfring.process_sets import global_process_set
 from tfring.keras import _sharded, _tf_keras, _xla
 
 _KIND = "keras.DistributedOptimizer"
-# Each rank holds its blocks only, and a checkpoint written by one rank must hold the whole
-# state: until the blocks are gathered for it, saving that state is refused, not written
-# wrong.
-_SHARDED_SAVE = ("Saving a model or optimizer trained with shard_optimizer_state=True "
-                 "(model.save, model.save_weights, ModelCheckpoint, tf.train.Checkpoint) is not "
-                 "supported yet: each rank holds its block of the optimizer state only, and "
-                 "Keras saves the optimizer with the weights. Keep the weights alone "
-                 "(model.get_weights()) meanwhile; docs/sharded-optimizer.md.")
+# tf.train.Checkpoint saves what each object holds, and a rank holds its blocks only: refused
+# (Keras's saving writes the whole state, _sharded_checkpoint.py), not written wrong.
+_SHARDED_SAVE = ("tf.train.Checkpoint of an optimizer with shard_optimizer_state=True is not "
+                 "supported yet: each rank holds its block of the state only. Save with Keras "
+                 "(model.save, save_weights, ModelCheckpoint), which writes the whole state "
+                 "(docs/sharded-optimizer.md).")
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
@@ -173,13 +171,23 @@ class _DistributedMixin:
                              "optimizer state is split over the ranks' blocks.")
         self._local_vars.add(var)
 
-    def _build_variables(self, var_list):
-        """What the wrapped optimizer is built on: the model's variables, or (sharded) this
-        rank's blocks of them."""
+    def _build_inner(self, var_list, build_fn):
+        """build_fn(variables) builds the wrapped optimizer on the model's variables, or
+        (sharded) on this rank's blocks of them."""
         # Not through Keras's attribute tracking, which would count the model's variables
         # among the optimizer's own (and save them with it).
         object.__setattr__(self, "_model_variables", tuple(var_list))
-        return self._sharded.build(var_list) if self._sharded is not None else var_list
+        if self._sharded is None:
+            build_fn(var_list)
+        else:
+            self._sharded.build_inner(var_list, build_fn)
+
+    def gather_state(self):
+        """Collective (every rank calls it): with shard_optimizer_state=True, sends every
+        rank's blocks of the optimizer state to rank 0, for rank 0 to save the whole state.
+        tfring's callbacks call it at each epoch's end. Does nothing otherwise."""
+        if self._sharded is not None and self.built:
+            self._sharded.checkpoint.gather()
 
     def _build_distributed(self, var_list):
         if self.backward_passes_per_step == 1 or self._accumulator is not None:
@@ -232,9 +240,16 @@ class _DistributedMixin:
         tf.cond(is_update, update, tf.no_op)
 
     def save_own_variables(self, store):
-        if self._sharded is not None:
-            raise NotImplementedError(_SHARDED_SAVE)
-        super().save_own_variables(store)
+        if self._sharded is None:
+            super().save_own_variables(store)
+        else:
+            self._sharded.save(self._variables, store)
+
+    def load_own_variables(self, store):
+        if self._sharded is None:
+            super().load_own_variables(store)
+        else:
+            self._sharded.load(self._variables, store)
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         if self._sharded is not None and self.built:
@@ -276,7 +291,7 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
                                process_set, scale_local_gradients, shard_optimizer_state)
 
     def build(self, var_list):
-        self.inner_optimizer.build(self._build_variables(var_list))
+        self._build_inner(var_list, self.inner_optimizer.build)
         self._build_distributed(var_list)
         super().build(var_list)
 
@@ -347,7 +362,7 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
                                process_set, scale_local_gradients, shard_optimizer_state)
 
     def build(self, var_list):
-        super().build(self._build_variables(var_list))
+        self._build_inner(var_list, super().build)
         self._build_distributed(var_list)
 
     def check_finite(self, grads):

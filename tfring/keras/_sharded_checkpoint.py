@@ -1,0 +1,178 @@
+"""Checkpoints of sharded optimizer state (shard_optimizer_state=True): written whole, in
+the layout the same optimizer has unsharded, so that a checkpoint resumes at any number of
+ranks, sharded or not.
+
+The unsharded layout is learned, not assumed: a copy of the wrapped optimizer is built on
+stand-ins for the model's variables (one element each), and the order in which it makes its
+variables, and which model variable each slot belongs to, is recorded
+(`add_variable_from_reference`). The wrapped optimizer, built on the blocks, is recorded the
+same way: each of its slots is a block of one group's buffer.
+
+Saving needs every rank's blocks, and Keras saves on rank 0 only (ModelCheckpoint there,
+as Horovod's examples do). So every rank first sends its blocks to rank 0 (`gather`, a
+collective: tfring's callbacks run it at each epoch's end, before a ModelCheckpoint listed
+after them), and rank 0's save writes that snapshot, refusing one that is older than the
+optimizer's step. Loading gives each rank its own block of the whole state, and keeps the
+whole state until tfring's BroadcastGlobalVariablesCallback has sent root's to every rank
+(`scatter_loaded`: rank 0 alone may have loaded the checkpoint).
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfring import _data_movement, functions, runtime
+
+
+@contextlib.contextmanager
+def recording_slots(optimizer, record):
+    """While active, record.append((variable, reference, name)) for every slot that
+    `optimizer` makes from a reference variable."""
+    make = optimizer.add_variable_from_reference
+
+    def recorded(reference_variable, name=None, initializer="zeros"):
+        variable = make(reference_variable, name=name, initializer=initializer)
+        record.append((variable, reference_variable, name))
+        return variable
+
+    optimizer.add_variable_from_reference = recorded
+    try:
+        yield
+    finally:
+        del optimizer.add_variable_from_reference  # the class's method again
+
+
+class ShardedCheckpoint:
+    """The whole state of one sharded optimizer: gathered for saving, and loaded into
+    blocks."""
+
+    def __init__(self, inner, update, blocks, block_slots, kind):
+        self._inner, self._update, self._kind = inner, update, kind
+        group_of_block = {id(b): g for g, b in enumerate(blocks)}
+        # (variable, group, slot name) of the wrapped optimizer's slots, in its order.
+        self._slots = [(v, group_of_block[id(ref)], name) for v, ref, name in block_slots]
+        slot_ids = {id(v) for v, _, _ in self._slots}
+        self._own = [v for v in inner.variables if id(v) not in slot_ids]
+        self._layout = self._unsharded_layout()
+        self._snapshot = None  # rank 0: {(group, name): whole buffer}, the step it is of
+        self._loaded = None  # a loaded whole state, until scattered
+
+    def replicated_variables(self):
+        """The wrapped optimizer's variables that are the same on every rank (its step
+        counter, its learning rate): those a broadcast may send as they are."""
+        return list(self._own)
+
+    def _unsharded_layout(self):
+        """[(model variable index, slot name) or None (the optimizer's own)] in the order of
+        the unsharded optimizer's variables."""
+        template = type(self._inner).from_config(self._inner.get_config())
+        stand_ins = [keras.Variable(np.zeros([1] * len(v.shape), v.dtype.name
+                                             if hasattr(v.dtype, "name") else v.dtype))
+                     for v in self._update.variables]
+        index_of = {id(s): j for j, s in enumerate(stand_ins)}
+        record = []
+        with recording_slots(template, record):
+            template.build(stand_ins)
+        slot_of = {id(v): (index_of[id(ref)], name) for v, ref, name in record}
+        layout = [slot_of.get(id(v)) for v in template.variables]
+        if sum(entry is None for entry in layout) != len(self._own):
+            raise ValueError(f"{self._kind}: {type(self._inner).__name__} makes other "
+                             "variables unsharded than sharded; shard_optimizer_state=True "
+                             "cannot checkpoint it.")
+        return layout
+
+    def _where(self, j):
+        """(group, first element in the group's buffer, size, shape) of model variable j."""
+        for g, (layout, members) in enumerate(zip(self._update.layouts,
+                                                  self._update.members)):
+            if j in members:
+                k = members.index(j)
+                return g, layout.offsets[k], layout.sizes[k], layout.shapes[k]
+        raise AssertionError(j)
+
+    def gather(self):
+        """Collective: every rank sends its blocks of the state to rank 0, which keeps the
+        whole of it (a snapshot of this step) for a save."""
+        size, rank = runtime.size(), runtime.rank()
+        snapshot = {}
+        for variable, g, name in self._slots:
+            block = tf.convert_to_tensor(variable)
+            splits = [int(block.shape[0]) if r == 0 else 0 for r in range(size)]
+            whole, _ = _data_movement.alltoall(
+                block, splits=splits, name=f"{self._update._name}.state.{g}.{name}")
+            if rank == 0:
+                snapshot[(g, name)] = whole.numpy()
+        self._snapshot = (snapshot, int(self._inner.iterations.numpy())) if rank == 0 else None
+
+    def values_to_save(self):
+        """The wrapped optimizer's variables as the unsharded optimizer holds them, in its
+        order (numpy arrays), from rank 0's snapshot."""
+        if self._snapshot is None:
+            raise RuntimeError(
+                f"{self._kind}: the optimizer state is sharded and was not gathered on this "
+                f"rank (rank {runtime.rank()}): save on rank 0, after tfring's callbacks "
+                "gathered it at an epoch's end (list them before ModelCheckpoint), or call "
+                "model.optimizer.gather_state() on every rank first.")
+        snapshot, step = self._snapshot
+        now = int(self._inner.iterations.numpy())
+        if step != now:
+            raise RuntimeError(
+                f"{self._kind}: the gathered optimizer state is of step {step}, the optimizer "
+                f"is at step {now}: gather it again on every rank right before saving "
+                "(model.optimizer.gather_state(); tfring's callbacks do it at each epoch's "
+                "end, so save there, save_freq='epoch').")
+        own = iter(self._own)
+        out = []
+        for entry in self._layout:
+            if entry is None:
+                out.append(next(own).numpy())
+                continue
+            j, name = entry
+            g, first, n, shape = self._where(j)
+            out.append(snapshot[(g, name)][first:first + n].reshape(shape))
+        return out
+
+    def load(self, values):
+        """Takes the unsharded optimizer's variables (in its order): this rank's blocks of
+        them, and keeps them whole for `scatter_loaded`."""
+        if len(values) != len(self._layout):
+            raise ValueError(f"{self._kind}: the checkpoint holds {len(values)} optimizer "
+                             f"variables, the optimizer makes {len(self._layout)}.")
+        whole = {}
+        own = iter(self._own)
+        for entry, value in zip(self._layout, values):
+            if entry is None:
+                next(own).assign(value)
+                continue
+            j, name = entry
+            g, first, n, _ = self._where(j)
+            buffer = whole.setdefault((g, name), np.zeros(
+                self._update.layouts[g].total, self._update.layouts[g].dtype.as_numpy_dtype))
+            buffer[first:first + n] = np.ravel(value)
+        self._loaded = whole
+        self._assign_blocks(whole)
+
+    def _assign_blocks(self, whole):
+        for variable, g, name in self._slots:
+            layout = self._update.layouts[g]
+            variable.assign(whole[(g, name)][layout.start:layout.start + layout.length])
+
+    def scatter_loaded(self, root_rank):
+        """Collective: if `root_rank` loaded a checkpoint, every rank takes its blocks of
+        root's whole state (the rest of the state is broadcast as it is)."""
+        flag = functions.broadcast_object(self._loaded is not None, root_rank,
+                                          name=f"{self._update._name}.loaded")
+        if flag:
+            whole = {}
+            for _, g, name in self._slots:
+                layout = self._update.layouts[g]
+                mine = (self._loaded or {}).get((g, name))
+                value = mine if mine is not None else np.zeros(
+                    layout.total, layout.dtype.as_numpy_dtype)
+                whole[(g, name)] = _data_movement.broadcast(
+                    tf.constant(value), root_rank,
+                    name=f"{self._update._name}.loaded.{g}.{name}").numpy()
+            self._assign_blocks(whole)
+        self._loaded = None
