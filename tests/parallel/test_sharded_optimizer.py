@@ -222,7 +222,9 @@ def _fit_with_checkpoint(sharded, path, epochs=1, model=None):
 def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(tmp_path):
     root = _shared_dir(tmp_path)
     sharded_file, plain_file = f"{root}/sharded.weights.h5", f"{root}/plain.weights.h5"
-    _fit_with_checkpoint(True, sharded_file)
+    trained = _fit_with_checkpoint(True, sharded_file)
+    if tfring.rank() == 0:  # gathered at the epoch's end: a whole model too
+        trained.save(f"{root}/sharded.keras")
     _fit_with_checkpoint(False, plain_file)
     tfring.barrier()
     if tfring.rank() == 0:  # the same variables, the same (whole) values
@@ -243,6 +245,11 @@ def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(tmp_path):
         resumed[sharded] = _flat(_fit_with_checkpoint(sharded, None, model=model).get_weights())
     np.testing.assert_allclose(resumed[True], resumed[False], rtol=1e-5, atol=1e-6)
     _assert_same_on_every_rank(resumed[True])
+    # tfring.keras.load_model on every rank: sharded again, each rank its blocks.
+    model = tk.load_model(f"{root}/sharded.keras")
+    assert model.optimizer.get_config()["shard_optimizer_state"]
+    loaded = _flat(_fit_with_checkpoint(True, None, model=model).get_weights())
+    np.testing.assert_allclose(loaded, resumed[False], rtol=1e-5, atol=1e-6)
     # Rank 0 alone loads (as Horovod's examples resume); the broadcast callback gives every
     # rank its block of rank 0's state.
     model = _model()
