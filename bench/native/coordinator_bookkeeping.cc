@@ -55,8 +55,8 @@ class Countdown {
   std::condition_variable cv_;
 };
 
-// Fills `e` as a kernel fills its entries.
-void Fill(Entry& e, const std::string& name, const float* in, float* out, Countdown* left) {
+// Fills `e` as a kernel fills its entries (a kernel makes its tensors' names once).
+void Fill(Entry& e, const SharedName& name, const float* in, float* out, Countdown* left) {
   e.request.key.name = name;
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = ReduceOp::kSum;
@@ -75,7 +75,10 @@ void Fill(Entry& e, const std::string& name, const float* in, float* out, Countd
 
 // Median microseconds of one round on rank `rank`.
 double RankMedian(testing::InprocJob* job, int rank, StepShape shape,
-                  const std::vector<std::string>& names, int rounds) {
+                  const std::vector<std::string>& strings, int rounds) {
+  // This rank's own names, as each process's kernels hold theirs (ranks sharing them here
+  // would share their reference counts too, which processes never do).
+  const std::vector<SharedName> names(strings.begin(), strings.end());
   const int n = static_cast<int>(names.size());
   std::vector<float> in(n, 1.0f), out(n);
   std::vector<CacheTicket> tickets(n);  // as a kernel keeps one per tensor

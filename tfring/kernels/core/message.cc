@@ -139,13 +139,15 @@ std::string CheckRanks(const std::vector<int32_t>& ranks, int world_size, const 
 // sees one that does not exist.
 std::string GetSignature(Reader* rd, int world_size, Signature* m) {
   uint8_t kind, dtype, op;
-  if (!rd->GetString(&m->key.name) || !rd->Get(&m->key.unnamed) || !rd->Get(&m->key.part) ||
+  std::string name;
+  if (!rd->GetString(&name) || !rd->Get(&m->key.unnamed) || !rd->Get(&m->key.part) ||
       !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
       !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
       !rd->Get(&m->prescale_factor) || !rd->Get(&m->postscale_factor) ||
       !rd->GetInts(&m->shape) || !rd->GetRanks(&m->process_set)) {
     return "truncated or damaged fields";
   }
+  m->key.name = std::move(name);
   if (m->key.unnamed < -1 || m->key.part < -1) {
     return "tensor key with unnamed " + std::to_string(m->key.unnamed) + ", part " +
            std::to_string(m->key.part) + " (-1 or more)";

@@ -16,9 +16,14 @@ std::string WithSet(std::string s, const std::vector<int32_t>& process_set) {
 
 }  // namespace
 
+const std::string& SharedName::Empty() {
+  static const std::string* const empty = new std::string();
+  return *empty;
+}
+
 std::string KeyString(const TensorKey& key, const std::vector<int32_t>& process_set) {
   if (key.unnamed < 0 && key.part < 0 && process_set.empty()) return key.name;  // most tensors
-  std::string s = key.unnamed >= 0 ? "unnamed." + std::to_string(key.unnamed) : key.name;
+  std::string s = key.unnamed >= 0 ? "unnamed." + std::to_string(key.unnamed) : key.name.str();
   if (key.part >= 0) s += "." + std::to_string(key.part);
   return WithSet(std::move(s), process_set);
 }

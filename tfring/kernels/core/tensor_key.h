@@ -6,13 +6,34 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tfring {
 
+// A name that copies share (a reference count, not a new string): a kernel queues its
+// tensors under the same names step after step, and a request is copied on its way.
+class SharedName {
+ public:
+  SharedName() = default;
+  SharedName(std::string s)  // NOLINT: a name is written as a string
+      : s_(s.empty() ? nullptr : std::make_shared<const std::string>(std::move(s))) {}
+  SharedName(const char* s) : SharedName(std::string(s)) {}  // NOLINT
+  const std::string& str() const { return s_ ? *s_ : Empty(); }
+  operator const std::string&() const { return str(); }  // NOLINT
+  size_t size() const { return str().size(); }
+  bool empty() const { return str().empty(); }
+  bool operator==(const SharedName& o) const { return s_ == o.s_ || str() == o.str(); }
+  bool operator!=(const SharedName& o) const { return !(*this == o); }
+
+ private:
+  static const std::string& Empty();
+  std::shared_ptr<const std::string> s_;
+};
+
 struct TensorKey {
-  std::string name;      // the op's name; empty for an unnamed eager call
+  SharedName name;       // the op's name; empty for an unnamed eager call
   int64_t unnamed = -1;  // an unnamed eager call's number in its process set (unnamed_names.h)
   int32_t part = -1;     // a grouped op's tensor index; -1: the op's only tensor, or its unit
 

@@ -417,7 +417,8 @@ class JoinOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
                          done);
     Entry e;
-    e.request.key.name = "tfring.join";
+    static const SharedName* const kJoin = new SharedName("tfring.join");
+    e.request.key.name = *kJoin;
     e.request.kind = CollectiveKind::kJoin;
     e.request.dtype = DataType::kInt32;
     e.request.cacheable = false;

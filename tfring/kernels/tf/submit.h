@@ -131,11 +131,13 @@ struct ProcessSetAttr {
 struct OpName {
   std::string name;
   std::string call_site;  // unnamed eager calls: the user's "file:line"
+  SharedName shared;      // `name`, for the keys of the op's tensors (made once)
 
-  explicit OpName(std::string fixed) : name(std::move(fixed)) {}
+  explicit OpName(std::string fixed) : name(std::move(fixed)), shared(name) {}
   explicit OpName(OpKernelConstruction* c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
     OP_REQUIRES_OK(c, c->GetAttr("call_site", &call_site));
+    shared = SharedName(name);
   }
   bool unnamed() const { return name.empty(); }
   // What messages call the op's tensors before the op is queued.
@@ -146,7 +148,7 @@ struct OpName {
   // The key of tensor `index` of `count` (a grouped op's tensors are its parts); an unnamed
   // call's number is added when it is queued.
   TensorKey Key(int index, int count) const {
-    TensorKey key{name};
+    TensorKey key{shared};
     if (count > 1) key.part = index;
     return key;
   }
