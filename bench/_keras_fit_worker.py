@@ -143,7 +143,8 @@ def run(args):
         model, shape = build_model(keras, args.model)
         optimizer = keras.optimizers.SGD(0.01)
         if ranked:
-            optimizer = hvd.DistributedOptimizer(optimizer)
+            optimizer = hvd.DistributedOptimizer(optimizer,
+                                                 shard_optimizer_state=args.shard_optimizer_state)
         # XLA as asked: Keras 3's "auto" leaves it off on a CPU; tf_keras (MWMS) stays as is.
         jit = {} if args.mode == "mwms" else {"jit_compile": args.jit_compile}
         model.compile(optimizer=optimizer,
@@ -174,7 +175,9 @@ def run(args):
               "batch_per_worker": args.batch, "step_ms": step_s * 1e3,
               "step_median_ms": timer.median_seconds_per_step() * 1e3,
               "samples_per_s": workers * args.batch / step_s,
-              "jit_compile": bool(getattr(model, "jit_compile", False))}
+              "jit_compile": bool(getattr(model, "jit_compile", False)),
+              "weight_bytes": int(sum(np.prod(w.shape) * w.dtype.itemsize
+                                      for w in model.get_weights()))}
     if args.mode == "tfring":
         weights = model.get_weights()
         same = all(np.array_equal(w, hvd.broadcast(w, 0, name=f"bench.check.{i}"))
@@ -193,6 +196,8 @@ def main():
     parser.add_argument("--steps", type=int, default=60, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--shard-optimizer-state", action="store_true",
+                        help="tfring: DistributedOptimizer(shard_optimizer_state=True)")
     run(parser.parse_args())
 
 

@@ -9,6 +9,8 @@ gradient tensors of at most 4 KiB) at batch 64 per process it measures samples/s
 over all processes, of:
   - one process, plain Keras 3, no tfring (all cores);
   - tfring.keras on N ranks (mpirun --bind-to core), which must end with identical weights;
+  - the same with shard_optimizer_state=True (docs/sharded-optimizer.md), compared with the
+    unsharded step in a table of its own, with the bytes per step each rank hands MPI;
   - tf.distribute.MultiWorkerMirroredStrategy on N workers (each pinned to a core), with
     tf_keras: TF's own way, which fails with Keras 3's model.fit.
 The first two also with XLA (`jit_compile=True`, which tfring keeps: its allreduce runs
@@ -72,17 +74,23 @@ def run_single_one_core(model, args, jit=False):
     return parse_result(proc.stdout + proc.stderr, "one process on one core")
 
 
-def run_on_ranks(mode, what, model, args, jit):
+def run_on_ranks(mode, what, model, args, jit, extra=()):
     # One core per rank when there are enough; otherwise oversubscribe, unbound.
     placement = (["--bind-to", "core"] if args.np <= os.cpu_count() else ["--oversubscribe"])
     cmd = [os.path.join(BIN, "mpirun"), "-np", str(args.np), *placement,
-           sys.executable, WORKER, mode, *worker_args(model, args, jit)]
+           sys.executable, WORKER, mode, *worker_args(model, args, jit), *extra]
     proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     return parse_result(proc.stdout + proc.stderr, what)
 
 
 def run_tfring(model, args, jit=False):
     return run_on_ranks("tfring", "tfring", model, args, jit)
+
+
+def run_tfring_sharded(model, args, jit=False):
+    """tfring with shard_optimizer_state=True (docs/sharded-optimizer.md)."""
+    return run_on_ranks("tfring", "tfring, sharded", model, args, jit,
+                        ["--shard-optimizer-state"])
 
 
 def run_floor(model, args, jit=False):
@@ -151,6 +159,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-mwms", action="store_true")
     parser.add_argument("--skip-xla", action="store_true", help="leave out the XLA rows")
+    parser.add_argument("--sharded-only", action="store_true",
+                        help="only tfring's step unsharded and with shard_optimizer_state=True")
     args = parser.parse_args()
 
     print(f"model.fit samples/s (total over processes), batch {args.batch} per process, "
@@ -160,6 +170,8 @@ def main():
     # (label, function, XLA); the overhead table pairs rows by these keys.
     setups = [("one process (Keras 3, no tfring)", run_single, False),
               (f"tfring, {args.np} ranks", run_tfring, False),
+              (f"tfring, {args.np} ranks, shard_optimizer_state=True", run_tfring_sharded,
+               False),
               ("one process on one core", run_single_one_core, False),
               (f"async floor, {args.np} ranks (no communication)", run_floor, False),
               (f"async floor + raw MPI's transfer, {args.np} ranks", run_floor_mpi, False)]
@@ -170,7 +182,10 @@ def main():
     if not args.skip_mwms:
         setups.append((f"MultiWorkerMirroredStrategy, {args.np} workers (tf_keras)", run_mwms,
                        False))
+    if args.sharded_only:
+        setups = [s for s in setups if s[1] in (run_tfring, run_tfring_sharded) and not s[2]]
     step_ms = {}  # (model, function, XLA) -> median step time
+    weight_bytes = {}  # model -> bytes of its weights
     for model in args.models.split(","):
         # Round by round, every set-up once per round: the VM's speed drifts from minute to
         # minute, and set-ups run one after another would each see another phase of it.
@@ -190,6 +205,7 @@ def main():
                 rows.append((label, None, runs))
                 continue
             step_ms[(model, fn, jit)] = statistics.median(r["step_median_ms"] for r in runs)
+            weight_bytes[model] = runs[0].get("weight_bytes", weight_bytes.get(model))
             notes = []
             if "identical_weights" in runs[0]:
                 notes.append("identical weights on all ranks: "
@@ -234,6 +250,34 @@ def main():
                 cells += ([f"{(ring - ms) * 1e3:.0f}", f"{(ring - ms) / ring:.0%}"]
                           if ms is not None else ["", ""])
             print("| " + " | ".join(cells) + " |", flush=True)
+
+    sharded_table(args, step_ms, weight_bytes)
+
+
+def sharded_table(args, step_ms, weight_bytes):
+    """shard_optimizer_state=True against the unsharded step, and the bytes each rank hands
+    MPI per step: an allreduce of the gradients unsharded; sharded, a reducescatter of them
+    and an allgather of the weights, whose blocks are 1/N each. In a ring, both move
+    2(N-1)/N of the gradients' bytes per rank (an allreduce is a reducescatter and an
+    allgather)."""
+    n = args.np
+    print("\nshard_optimizer_state=True: step time (ms; median over runs) against tfring's "
+          "unsharded step in the same rounds, and bytes per step per rank (weights of "
+          "float32)")
+    print("| model | unsharded step | sharded step | sharded / unsharded | gradient bytes | "
+          "unsharded: allreduce in, out | sharded: reducescatter in, out; allgather in, out | "
+          "ring traffic per rank, both |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: |")
+    for model in args.models.split(","):
+        plain = step_ms.get((model, run_tfring, False))
+        sharded = step_ms.get((model, run_tfring_sharded, False))
+        size = weight_bytes.get(model)
+        if plain is None or sharded is None or size is None:
+            continue
+        block = size // n
+        print(f"| {model} | {plain:.2f} | {sharded:.2f} | {sharded / plain:.3f} | {size:,} | "
+              f"{size:,}, {size:,} | {size:,}, {block:,}; {block:,}, {size:,} | "
+              f"{2 * (n - 1) * size // n:,} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,14 @@ class ShardedKerasState:
     def step(self, grads, variables, apply_fn):
         """Reduces `grads` (one per model variable) into blocks, applies them with
         apply_fn(block_grads, block_variables), and gathers the blocks into `variables`."""
+        if [id(v) for v in variables] != [id(v) for v in self.update.variables]:
+            raise ValueError(f"{self._kind}: with shard_optimizer_state=True every step must "
+                             "update the variables the optimizer was built on, in the same "
+                             "order (their blocks are laid out for those).")
+        if runtime.size() != self.update.size:
+            raise ValueError(f"{self._kind}: the optimizer's blocks were laid out for "
+                             f"{self.update.size} ranks and the job now has {runtime.size()}: "
+                             "shard_optimizer_state=True does not follow elastic changes.")
         missing = [v.name for g, v in zip(grads, variables) if g is None]
         if missing:
             raise ValueError(f"{self._kind}: no gradient for {missing}. With "
