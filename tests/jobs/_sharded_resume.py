@@ -1,0 +1,64 @@
+"""Jobs for tests/jobs/test_sharded_resume.py: a checkpoint of sharded optimizer state saved
+at one number of ranks resumes at another.
+
+    python _sharded_resume.py save DIR     # N ranks: an epoch sharded and one unsharded,
+                                           # each saved by rank 0's ModelCheckpoint
+    python _sharded_resume.py resume DIR   # M ranks: each file resumed sharded and not
+"""
+
+import sys
+
+import keras
+import numpy as np
+
+import tfring
+import tfring.keras as tk
+
+
+def model_and_optimizer(sharded):
+    keras.utils.set_random_seed(3)
+    x = keras.Input((6,))
+    h = keras.layers.Dense(7, activation="tanh")(x)
+    model = keras.Model(x, keras.layers.Dense(1)(h))
+    model.compile(optimizer=tk.DistributedOptimizer(
+        keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
+    return model
+
+
+def fit(model, path=None):
+    rng = np.random.default_rng(20 + tfring.rank())  # each rank its own data
+    x = rng.normal(size=(12, 6)).astype(np.float32)
+    y = rng.normal(size=(12, 1)).astype(np.float32)
+    callbacks = [tk.callbacks.BroadcastGlobalVariablesCallback(0)]
+    if path and tfring.rank() == 0:
+        callbacks.append(keras.callbacks.ModelCheckpoint(path, save_weights_only=True))
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+    return np.concatenate([w.ravel() for w in model.get_weights()])
+
+
+def main():
+    mode, root = sys.argv[1], sys.argv[2]
+    tfring.init()
+    if mode == "save":
+        for sharded in (True, False):
+            fit(model_and_optimizer(sharded), f"{root}/{'sharded' if sharded else 'plain'}"
+                                              ".weights.h5")
+        print(f"rank {tfring.rank()}: saved at {tfring.size()} ranks", flush=True)
+        return
+    results = {}
+    for saved in ("sharded", "plain"):
+        for sharded in (True, False):
+            model = model_and_optimizer(sharded)
+            model.optimizer.build(model.trainable_variables)
+            if tfring.rank() == 0:  # rank 0 alone loads; the broadcast callback spreads it
+                model.load_weights(f"{root}/{saved}.weights.h5")
+            results[(saved, sharded)] = fit(model)
+    reference = results[("plain", False)]
+    worst = max(float(np.max(np.abs(w - reference))) for w in results.values())
+    same = all(np.allclose(w, reference, rtol=1e-5, atol=1e-6) for w in results.values())
+    print(f"rank {tfring.rank()}: resumed at {tfring.size()} ranks, all four alike: {same} "
+          f"(largest difference {worst:.2e})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
