@@ -141,7 +141,8 @@ def run(args):
     keras.utils.set_random_seed(7)
     with scope:
         model, shape = build_model(keras, args.model)
-        optimizer = keras.optimizers.SGD(0.01)
+        optimizer = (keras.optimizers.Adam(1e-3) if args.optimizer == "adam"
+                     else keras.optimizers.SGD(0.01))
         if ranked:
             optimizer = hvd.DistributedOptimizer(optimizer,
                                                  shard_optimizer_state=args.shard_optimizer_state)
@@ -195,6 +196,7 @@ def main():
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--steps", type=int, default=60, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
     parser.add_argument("--shard-optimizer-state", action="store_true",
                         help="tfring: DistributedOptimizer(shard_optimizer_state=True)")

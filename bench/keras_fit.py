@@ -141,7 +141,8 @@ DEFAULT_STEPS = {"mlp": 60, "cnn": 60, "comm": 400}
 def worker_args(model, args, jit=False):
     steps = args.steps if args.steps is not None else DEFAULT_STEPS[model]
     return ["--model", model, "--batch", str(args.batch), "--steps", str(steps),
-            "--warmup", str(args.warmup)] + (["--jit-compile"] if jit else [])
+            "--warmup", str(args.warmup), "--optimizer", args.optimizer] + (
+                ["--jit-compile"] if jit else [])
 
 
 def median_of(runs):
@@ -159,11 +160,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-mwms", action="store_true")
     parser.add_argument("--skip-xla", action="store_true", help="leave out the XLA rows")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                        help="the wrapped optimizer (sgd: the figures in docs/benchmarks.md; "
+                             "adam: state that sharding divides)")
     parser.add_argument("--sharded-only", action="store_true",
                         help="only tfring's step unsharded and with shard_optimizer_state=True")
     args = parser.parse_args()
 
     print(f"model.fit samples/s (total over processes), batch {args.batch} per process, "
+          f"optimizer {args.optimizer}, "
           f"{args.np} ranks, {os.cpu_count()} cores, median of {args.repeats}", flush=True)
     print("| model | set-up | samples/s | ratio to one process | runs | note |")
     print("| --- | --- | ---: | ---: | --- | --- |")

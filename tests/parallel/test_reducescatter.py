@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from _util import XLA_MODES, rank_input, run
+from _util import NP_DTYPES, XLA_MODES, rank_input, run
 
 OPS = {"Sum": tfring.Sum, "Average": tfring.Average, "Min": tfring.Min, "Max": tfring.Max,
        "Product": tfring.Product}
@@ -104,3 +104,57 @@ def test_reducescatter_under_xla_with_scale_factors_and_a_process_set(rank, size
     start, end = blocks(5, 2)[rank]
     total = sum(rank_input(r, (5, 2), tf.float64, low=-2, high=3) for r in (0, 1))
     np.testing.assert_allclose(got, 1.5 * total[start:end])
+
+
+LARGE_ROWS = 100_003  # x 3 columns: at least 256 KiB in every dtype below, rows uneven
+
+
+def wide_input(r, dtype, shape):
+    """Rank r's integers over the dtype's whole range: their sums and products wrap."""
+    info = np.iinfo(NP_DTYPES[dtype])
+    rng = np.random.default_rng(2000 + r)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(NP_DTYPES[dtype])
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int8,
+                                   tf.uint8, tf.int16, tf.int32, tf.int64], ids=lambda d: d.name)
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_large_reducescatter_is_exact_and_wraps(op_name, dtype, rank, size):
+    # From 256 KiB the MPI backend reduces over its own ring (mpi_backend.cc): each block's
+    # sum is built in another order on another rank, and must still be the exact result,
+    # wrapping as numpy's integer arithmetic does.
+    shape = (LARGE_ROWS, 3)
+    wraps = dtype.is_integer and op_name != "Average"
+    inputs = [wide_input(r, dtype, shape) if wraps else rank_input(r, shape, dtype, -2, 3)
+              for r in range(size)]
+    got = tfring.reducescatter(tf.constant(inputs[rank], dtype=dtype), op=OPS[op_name],
+                               name=f"rs.large.{op_name}.{dtype.name}").numpy()
+    start, end = blocks(LARGE_ROWS, size)[rank]
+    if wraps:
+        combine = {"Sum": np.add, "Product": np.multiply, "Min": np.minimum,
+                   "Max": np.maximum}[op_name]
+        want = inputs[0]
+        for x in inputs[1:]:
+            want = combine(want, x)  # in the dtype: wraps modulo 2^bits
+        np.testing.assert_array_equal(got, want[start:end])
+        return
+    want = reduced(op_name, dtype, shape, size)[start:end]
+    if dtype == tf.bfloat16 and op_name in ("Average", "Product"):
+        # 8 bits of mantissa: a product of three is rounded twice, in the order of the ring.
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 ** -7, atol=0)
+    elif op_name == "Average" and dtype.is_floating:
+        eps = float(np.finfo(NP_DTYPES[dtype]).eps)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=eps, atol=0)
+    else:
+        np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+def test_large_reducescatter_in_a_process_set(rank, size):
+    members = tfring.ProcessSet([0, size - 1])  # ranks 0 and 1 at 2 ranks, 0 and 2 at 3
+    x = tf.constant(rank_input(rank, (LARGE_ROWS, 3), tf.float32))
+    if rank not in members.ranks:
+        return
+    got = tfring.reducescatter(x, op=tfring.Sum, process_set=members, name="rs.large.set")
+    start, end = blocks(LARGE_ROWS, 2)[members.ranks.index(rank)]
+    total = sum(rank_input(r, (LARGE_ROWS, 3), tf.float32) for r in members.ranks)
+    np.testing.assert_array_equal(got.numpy(), total[start:end])

@@ -20,6 +20,14 @@ MPI_Op NativeOp(ReduceOp op) {
 
 constexpr int64_t kMaxChunk = INT_MAX / 8;  // elements per MPI call: counts are ints
 
+// From this many bytes a reducescatter runs tfring's ring (RingReducescatter) instead of
+// MPI_Reduce_scatter. Open MPI 5.0's took 8.3 ms for 21 MB of float32 at 2 ranks, more
+// than its allreduce (6.2 ms); the ring takes 2.4 ms (12.5 and 5.4 ms at 3 ranks). Below
+// about this size the ring's size-1 latency-bound steps cost more than MPI's algorithms.
+constexpr int64_t kRingReducescatterBytes = 256 * 1024;
+// The ring's messages: tfring's communicator carries no other point-to-point traffic.
+constexpr int kRingTag = 0x7472;
+
 }  // namespace
 
 MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
@@ -124,7 +132,48 @@ Status MpiBackend::Reducescatter(const void* in, void* out, const std::vector<in
     }
     recvcounts[r] = static_cast<int>(counts[r]);
   }
+  int64_t total_bytes = 0;
+  for (int64_t c : counts) total_bytes += c * static_cast<int64_t>(DataTypeSize(dtype));
+  if (size_ > 1 && total_bytes >= kRingReducescatterBytes) {
+    return RingReducescatter(in, out, recvcounts, dtype, type, mpi_op);
+  }
   TFRING_MPI_CHECK(MPI_Reduce_scatter(in, out, recvcounts.data(), type, mpi_op, comm_));
+  return Status::OK();
+}
+
+// Rank r ends with block r. In step s (0 .. size-2) it sends its running sum of block
+// r-s-1 to rank r+1 and receives rank r-1's running sum of block r-s-2, to which it adds
+// its own part of that block; the last block received is its own, received into `out`.
+// Each rank sends (size-1)/size of the buffer once, as half of a ring allreduce does.
+Status MpiBackend::RingReducescatter(const void* in, void* out, const std::vector<int>& counts,
+                                     DataType dtype, MPI_Datatype type, MPI_Op op) {
+  const size_t esize = DataTypeSize(dtype);
+  std::vector<int64_t> offsets(size_, 0);
+  int largest = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r > 0) offsets[r] = offsets[r - 1] + counts[r - 1];
+    largest = std::max(largest, counts[r]);
+  }
+  // Two running sums alternate: one is sent while the next is received. Kept between
+  // calls: a fresh buffer of this size costs its page faults on every step.
+  const size_t half = static_cast<size_t>(largest) * esize;
+  if (ring_scratch_.size() < 2 * half) ring_scratch_.resize(2 * half);
+  char* sums[2] = {ring_scratch_.data(), ring_scratch_.data() + half};
+  const char* input = static_cast<const char*>(in);
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  const void* sending = nullptr;
+  for (int s = 0; s < size_ - 1; ++s) {
+    const int sent = (rank_ - s - 1 + 2 * size_) % size_;
+    const int received = (rank_ - s - 2 + 2 * size_) % size_;
+    if (s == 0) sending = input + offsets[sent] * esize;
+    void* into = s == size_ - 2 ? out : sums[s % 2];
+    TFRING_MPI_CHECK(MPI_Sendrecv(sending, counts[sent], type, next, kRingTag, into,
+                                  counts[received], type, prev, kRingTag, comm_,
+                                  MPI_STATUS_IGNORE));
+    TFRING_MPI_CHECK(MPI_Reduce_local(input + offsets[received] * esize, into,
+                                      counts[received], type, op));
+    sending = into;
+  }
   return Status::OK();
 }
 

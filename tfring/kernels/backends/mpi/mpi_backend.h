@@ -1,6 +1,8 @@
 // Backend over MPI for host buffers, on tfring's own duplicate of MPI_COMM_WORLD.
 // Data collectives are blocking MPI calls (MPI's tuned algorithms; a lone tensor goes from
-// the op's input straight to its output). tfring's own MPI ops
+// the op's input straight to its output), except a reducescatter of 256 KiB or more, which
+// runs tfring's own ring of MPI_Sendrecv and MPI_Reduce_local (RingReducescatter: Open
+// MPI 5.0's MPI_Reduce_scatter was slower than its allreduce for large buffers). tfring's own MPI ops
 // (MpiOwnOps) reduce 16-bit floats, and integers so that they wrap as TensorFlow does.
 //
 // With UseHierarchicalAllreduce (TFRING_HIERARCHICAL_ALLREDUCE=1), an allreduce is a reduce
@@ -9,6 +11,8 @@
 #pragma once
 
 #include <mpi.h>
+
+#include <vector>
 
 #include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/backends/mpi/mpi_own_ops.h"
@@ -46,12 +50,15 @@ class MpiBackend : public Backend {
   MPI_Op OpFor(DataType dtype, ReduceOp op) const;
   Status HierarchicalAllreduce(const void* in, void* out, int count, MPI_Datatype type,
                                MPI_Op op);
+  Status RingReducescatter(const void* in, void* out, const std::vector<int>& counts,
+                           DataType dtype, MPI_Datatype type, MPI_Op op);
 
   MPI_Comm comm_;
   MPI_Comm local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   MpiOwnOps own_;
   bool abandoned_ = false;
+  std::vector<char> ring_scratch_;  // RingReducescatter's two running sums
 };
 
 }  // namespace tfring
