@@ -4,6 +4,8 @@ at one number of ranks resumes at another.
     python _sharded_resume.py save DIR     # N ranks: an epoch sharded and one unsharded,
                                            # each saved by rank 0's ModelCheckpoint
     python _sharded_resume.py resume DIR   # M ranks: each file resumed sharded and not
+    python _sharded_resume.py without DIR  # one process, tfring never imported: each file
+                                           # loaded into a plain Keras Adam, and resumed
 """
 
 import sys
@@ -11,21 +13,48 @@ import sys
 import keras
 import numpy as np
 
-import tfring
-import tfring.keras as tk
-
 
 def model_and_optimizer(sharded):
     keras.utils.set_random_seed(3)
     x = keras.Input((6,))
     h = keras.layers.Dense(7, activation="tanh")(x)
     model = keras.Model(x, keras.layers.Dense(1)(h))
-    model.compile(optimizer=tk.DistributedOptimizer(
-        keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
+    adam = keras.optimizers.Adam(0.01)
+    if sharded is None:  # plain Keras
+        model.compile(optimizer=adam, loss="mse")
+        return model
+    import tfring.keras as tk
+    model.compile(optimizer=tk.DistributedOptimizer(adam, shard_optimizer_state=sharded),
+                  loss="mse")
     return model
 
 
+def without_tfring(root):
+    """Each file into a plain Keras optimizer: the same state, and an epoch from it ends
+    with the same weights."""
+    states, weights = {}, {}
+    for saved in ("sharded", "plain"):
+        model = model_and_optimizer(None)
+        model.optimizer.build(model.trainable_variables)
+        model.load_weights(f"{root}/{saved}.weights.h5")
+        states[saved] = [v.numpy() for v in model.optimizer.variables]
+        rng = np.random.default_rng(20)
+        model.fit(rng.normal(size=(12, 6)).astype(np.float32),
+                  rng.normal(size=(12, 1)).astype(np.float32), batch_size=4, epochs=1,
+                  shuffle=False, verbose=0)
+        weights[saved] = np.concatenate([w.ravel() for w in model.get_weights()])
+    same_state = len(states["sharded"]) == len(states["plain"]) > 2 and all(
+        np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(states["sharded"],
+                                                                 states["plain"]))
+    moved = any(np.abs(v).max() > 0 for v in states["sharded"][2:])
+    same = np.allclose(weights["sharded"], weights["plain"], rtol=1e-5, atol=1e-6)
+    print(f"without tfring: state as unsharded: {same_state and moved}, resumed alike: "
+          f"{same}, tfring imported: {'tfring' in sys.modules}", flush=True)
+
+
 def fit(model, path=None):
+    import tfring
+    import tfring.keras as tk
     rng = np.random.default_rng(20 + tfring.rank())  # each rank its own data
     x = rng.normal(size=(12, 6)).astype(np.float32)
     y = rng.normal(size=(12, 1)).astype(np.float32)
@@ -38,6 +67,10 @@ def fit(model, path=None):
 
 def main():
     mode, root = sys.argv[1], sys.argv[2]
+    if mode == "without":
+        without_tfring(root)
+        return
+    import tfring
     tfring.init()
     if mode == "save":
         for sharded in (True, False):

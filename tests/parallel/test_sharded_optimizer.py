@@ -2,8 +2,7 @@
 unsharded training, every rank ends each step with the same weights, each rank holds its
 block of the optimizer state only, and what the mode cannot do is refused, saying why.
 
-The model's variables (42 + 7 + 35 + 5 + 5 + 1 = 95 elements) do not divide into the ranks'
-blocks at 2 or 3 ranks, so blocks split variables."""
+Checkpoints: test_sharded_checkpoints.py."""
 
 import keras
 import numpy as np
@@ -13,53 +12,8 @@ import tensorflow as tf
 import tfring
 import tfring.keras as tk
 
-STEPS, BATCH = 3, 4
-TOTAL = 95
-
-
-def _model():
-    keras.utils.set_random_seed(3)
-    x = keras.Input((6,))
-    h = keras.layers.Dense(7, activation="tanh")(x)
-    h = keras.layers.Dense(5, activation="tanh")(h)
-    return keras.Model(x, keras.layers.Dense(1)(h))
-
-
-def _data(rank):
-    rng = np.random.default_rng(10 + rank)  # each rank its own data
-    n = STEPS * BATCH
-    return (rng.normal(size=(n, 6)).astype(np.float32),
-            rng.normal(size=(n, 1)).astype(np.float32))
-
-
-def _fit(make_optimizer, sharded, callbacks=(), **options):
-    model = _model()
-    optimizer = tk.DistributedOptimizer(make_optimizer(), shard_optimizer_state=sharded,
-                                        **options)
-    model.compile(optimizer=optimizer, loss="mse")
-    x, y = _data(tfring.rank())
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=list(callbacks))
-    return model
-
-
-def _flat(weights):
-    return np.concatenate([np.ravel(w) for w in weights])
-
-
-def _assert_same_on_every_rank(flat):
-    gathered = tfring.allgather(tf.constant(flat[None])).numpy()
-    for r in range(1, len(gathered)):
-        np.testing.assert_array_equal(gathered[r], gathered[0], err_msg=f"rank {r} differs")
-
-
-def _compare(make_optimizer, rtol=1e-5, atol=1e-6, **options):
-    initial = _flat(_model().get_weights())
-    plain = _flat(_fit(make_optimizer, False, **options).get_weights())
-    sharded = _flat(_fit(make_optimizer, True, **options).get_weights())
-    assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
-    np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)
-    _assert_same_on_every_rank(sharded)
+from _sharded_util import BATCH, STEPS, TOTAL, _assert_same_on_every_rank, _compare, \
+    _data, _fit, _flat, _model
 
 
 def _adamw():
@@ -185,100 +139,6 @@ def test_refusals_say_why():
     x, y = _data(tfring.rank())
     with pytest.raises(ValueError, match="use_ema"):
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-
-
-def _shared_dir(tmp_path):
-    """Rank 0's tmp_path, for every rank (one machine)."""
-    return tfring.broadcast_object(str(tmp_path), 0, name="sharded.tmp")
-
-
-def _optimizer_state(path):
-    """{dataset path: array} of the optimizer's part of a Keras weights file."""
-    import h5py
-    out = {}
-    with h5py.File(path, "r") as f:
-        f["optimizer"].visititems(
-            lambda name, item: out.__setitem__(name, item[()]) if hasattr(item, "shape")
-            else None)
-    return out
-
-
-def _fit_with_checkpoint(sharded, path, epochs=1, model=None):
-    """fit() with tfring's broadcast callback on every rank and a ModelCheckpoint on rank 0
-    listed after it, as Horovod's examples write it."""
-    if model is None:
-        model = _model()
-        model.compile(optimizer=tk.DistributedOptimizer(
-            keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
-    callbacks = [tk.callbacks.BroadcastGlobalVariablesCallback(0)]
-    if tfring.rank() == 0 and path:
-        callbacks.append(keras.callbacks.ModelCheckpoint(path, save_weights_only=True))
-    x, y = _data(tfring.rank())
-    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
-              callbacks=callbacks)
-    return model
-
-
-def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(tmp_path):
-    root = _shared_dir(tmp_path)
-    sharded_file, plain_file = f"{root}/sharded.weights.h5", f"{root}/plain.weights.h5"
-    trained = _fit_with_checkpoint(True, sharded_file)
-    if tfring.rank() == 0:  # gathered at the epoch's end: a whole model too
-        trained.save(f"{root}/sharded.keras")
-    _fit_with_checkpoint(False, plain_file)
-    tfring.barrier()
-    if tfring.rank() == 0:  # the same variables, the same (whole) values
-        sharded, plain = _optimizer_state(sharded_file), _optimizer_state(plain_file)
-        assert sorted(sharded) == sorted(plain) and len(plain) > 6
-        for key in plain:
-            np.testing.assert_allclose(sharded[key], plain[key], rtol=1e-5, atol=1e-7,
-                                       err_msg=key)
-    # Resume from the unsharded file (any number of ranks writes that layout), sharded and
-    # not: one more epoch each, the same weights.
-    resumed = {}
-    for sharded in (True, False):
-        model = _model()
-        model.compile(optimizer=tk.DistributedOptimizer(
-            keras.optimizers.Adam(0.01), shard_optimizer_state=sharded), loss="mse")
-        model.optimizer.build(model.trainable_variables)
-        model.load_weights(plain_file)
-        resumed[sharded] = _flat(_fit_with_checkpoint(sharded, None, model=model).get_weights())
-    np.testing.assert_allclose(resumed[True], resumed[False], rtol=1e-5, atol=1e-6)
-    _assert_same_on_every_rank(resumed[True])
-    # tfring.keras.load_model on every rank: sharded again, each rank its blocks.
-    model = tk.load_model(f"{root}/sharded.keras")
-    assert model.optimizer.get_config()["shard_optimizer_state"]
-    loaded = _flat(_fit_with_checkpoint(True, None, model=model).get_weights())
-    np.testing.assert_allclose(loaded, resumed[False], rtol=1e-5, atol=1e-6)
-    # Rank 0 alone loads (as Horovod's examples resume); the broadcast callback gives every
-    # rank its block of rank 0's state.
-    model = _model()
-    model.compile(optimizer=tk.DistributedOptimizer(
-        keras.optimizers.Adam(0.01), shard_optimizer_state=True), loss="mse")
-    model.optimizer.build(model.trainable_variables)
-    if tfring.rank() == 0:
-        model.load_weights(plain_file)
-    alone = _flat(_fit_with_checkpoint(True, None, model=model).get_weights())
-    np.testing.assert_allclose(alone, resumed[False], rtol=1e-5, atol=1e-6)
-
-
-def test_a_save_needs_the_state_gathered_at_this_step(tmp_path):
-    model = _fit(lambda: keras.optimizers.Adam(0.01), True)  # no tfring callback: no gather
-    with pytest.raises(RuntimeError, match="was not gathered"):
-        model.save_weights(str(tmp_path / "w.weights.h5"))
-    model.optimizer.gather_state()
-    if tfring.rank() == 0:
-        model.save_weights(str(tmp_path / "w.weights.h5"))
-    else:
-        with pytest.raises(RuntimeError, match="save on rank 0"):
-            model.save_weights(str(tmp_path / "w.weights.h5"))
-    x, y = _data(tfring.rank())
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    if tfring.rank() == 0:
-        with pytest.raises(RuntimeError, match="gather it again"):
-            model.save_weights(str(tmp_path / "w.weights.h5"))
-    with pytest.raises(NotImplementedError, match="tf.train.Checkpoint"):
-        tf.train.Checkpoint(model=model).write(str(tmp_path / f"ckpt{tfring.rank()}"))
 
 
 def test_sparse_gradients_need_sparse_as_dense():

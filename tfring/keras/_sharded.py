@@ -123,17 +123,17 @@ class ShardedKerasState:
         self._clip_over_ranks()
         return self.blocks
 
-    def save(self, own_variables, store):
-        """Writes the wrapper's `own_variables`, then the wrapped optimizer's whole state,
-        as the unsharded wrapper writes them."""
-        _store(store, [v.numpy() for v in own_variables] + self.checkpoint.values_to_save())
+    def values_to_save(self):
+        """The wrapped optimizer's variables, whole, in the order it has unsharded."""
+        return self.checkpoint.values_to_save()
 
-    def load(self, own_variables, store):
-        values = _stored(store)
-        own = len(own_variables)
-        for variable, value in zip(own_variables, values[:own]):
-            variable.assign(value)
-        self.checkpoint.load(values[own:])
+    def load(self, values):
+        """Takes the wrapped optimizer's variables as it has them unsharded."""
+        self.checkpoint.load(values)
+
+    def saved_count(self):
+        """How many variables the wrapped optimizer has unsharded."""
+        return self.checkpoint.saved_count()
 
     def _refuse(self, variables):
         inner = self._inner

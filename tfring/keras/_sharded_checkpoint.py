@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _data_movement, functions, runtime
+from tfring.keras import _sharded_tf_checkpoint
 
 
 @contextlib.contextmanager
@@ -57,7 +58,11 @@ class ShardedCheckpoint:
         self._own = [v for v in inner.variables if id(v) not in slot_ids]
         self._layout = self._unsharded_layout()
         self._snapshot = None  # rank 0: {(group, name): whole buffer}, the step it is of
+        self._saving = None  # (snapshot, values_to_save()) of the save under way
         self._loaded = None  # a loaded whole state, until scattered
+        self._restoring = None  # tf.train.Checkpoint's restore: (whole buffers, indices)
+        self._children = None  # tf.train.Checkpoint's view (made on first use)
+        self._mirror = None
 
     def replicated_variables(self):
         """The wrapped optimizer's variables that are the same on every rank (its step
@@ -77,11 +82,19 @@ class ShardedCheckpoint:
             template.build(stand_ins)
         slot_of = {id(v): (index_of[id(ref)], name) for v, ref, name in record}
         layout = [slot_of.get(id(v)) for v in template.variables]
+        self._template, self._stand_ins = template, stand_ins
         if sum(entry is None for entry in layout) != len(self._own):
             raise ValueError(f"{self._kind}: {type(self._inner).__name__} makes other "
                              "variables unsharded than sharded; shard_optimizer_state=True "
                              "cannot checkpoint it.")
         return layout
+
+    def saved_count(self):
+        return len(self._layout)
+
+    def dtype_of(self, k):
+        """The dtype of the k-th variable of the unsharded optimizer."""
+        return tf.as_dtype(self._template.variables[k].dtype)
 
     def _where(self, j):
         """(group, first element in the group's buffer, size, shape) of model variable j."""
@@ -133,6 +146,47 @@ class ShardedCheckpoint:
             g, first, n, shape = self._where(j)
             out.append(snapshot[(g, name)][first:first + n].reshape(shape))
         return out
+
+    def value_to_save(self, k):
+        """values_to_save()[k], computed once per save (tf.train.Checkpoint asks for each
+        variable on its own)."""
+        if self._saving is None or self._saving[0] is not self._snapshot:
+            self._saving = (self._snapshot, self.values_to_save())
+        return self._saving[1][k]
+
+    def restore_one(self, k, value):
+        """tf.train.Checkpoint restores one slot at a time: the blocks are assigned once it
+        has restored every slot."""
+        if self._restoring is None:
+            self._restoring = ({}, set())
+        whole, seen = self._restoring
+        j, name = self._layout[k]
+        g, first, n, _ = self._where(j)
+        layout = self._update.layouts[g]
+        buffer = whole.setdefault((g, name), np.zeros(layout.total,
+                                                      layout.dtype.as_numpy_dtype))
+        buffer[first:first + n] = np.ravel(value)
+        seen.add(k)
+        if len(seen) == sum(entry is not None for entry in self._layout):
+            self._restoring = None
+            self._loaded = whole
+            self._assign_blocks(whole)
+
+    def trackable_children(self):
+        """The wrapped optimizer's children as tf.train.Checkpoint sees it unsharded
+        (_sharded_tf_checkpoint.py)."""
+        if self._children is None:
+            self._children = _sharded_tf_checkpoint.mirror_children(
+                self._template, self._layout, self._own, self._stand_ins,
+                self._update.variables, self)
+        return self._children
+
+    def trackable_object(self):
+        """An object whose checkpoint children are trackable_children() (one, kept: the
+        checkpoint matches objects by identity)."""
+        if self._mirror is None:
+            self._mirror = _sharded_tf_checkpoint.mirror(self.trackable_children())
+        return self._mirror
 
     def load(self, values):
         """Takes the unsharded optimizer's variables (in its order): this rank's blocks of

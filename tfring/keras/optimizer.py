@@ -17,6 +17,8 @@ LossScaleOptimizer that reduces first, so every rank tests the same gradients.
 tf_keras (TF_USE_LEGACY_KERAS=1) optimizers are hooked in place instead (_tf_keras.py).
 """
 
+import warnings
+
 import keras
 import tensorflow as tf
 
@@ -28,10 +30,6 @@ from tfring.keras import _sharded, _tf_keras, _xla
 _KIND = "keras.DistributedOptimizer"
 # tf.train.Checkpoint saves what each object holds, and a rank holds its blocks only: refused
 # (Keras's saving writes the whole state, _sharded_checkpoint.py), not written wrong.
-_SHARDED_SAVE = ("tf.train.Checkpoint of an optimizer with shard_optimizer_state=True is not "
-                 "supported yet: each rank holds its block of the state only. Save with Keras "
-                 "(model.save, save_weights, ModelCheckpoint), which writes the whole state "
-                 "(docs/sharded-optimizer.md).")
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
@@ -239,22 +237,53 @@ class _DistributedMixin:
 
         tf.cond(is_update, update, tf.no_op)
 
+    # Keras's saving (model.save, save_weights, ModelCheckpoint) writes what the plain
+    # optimizer writes: its own variables (_saved_own_variables), then the wrapped
+    # optimizer's, whole and in its unsharded order where the state is sharded.
+    def _saved_own_variables(self):
+        return list(self._variables)
+
     def save_own_variables(self, store):
+        own = [v.numpy() for v in self._saved_own_variables()]
         if self._sharded is None:
-            super().save_own_variables(store)
+            inner = [v.numpy() for v in self.inner_optimizer.variables]
         else:
-            self._sharded.save(self._variables, store)
+            inner = self._sharded.values_to_save()
+        for i, value in enumerate(own + inner):
+            store[str(i)] = value
 
     def load_own_variables(self, store):
+        values = [store[str(i)] for i in range(len(store.keys()))]
+        own = self._saved_own_variables()
+        inner = (len(self.inner_optimizer.variables) if self._sharded is None
+                 else self._sharded.saved_count())
+        unused = len(self._variables) - len(own)
+        if unused and len(values) == unused + len(own) + inner:
+            values = values[unused:]  # a file of tfring before 2026-11-27: those came first
+        if len(values) != len(own) + inner and self._sharded is None:
+            warnings.warn(  # as Keras's own optimizers do
+                f"Skipping variable loading for optimizer '{self.name}', because it has "
+                f"{len(own) + inner} variables whereas the saved optimizer has {len(values)} "
+                "variables.", stacklevel=2)
+            return
+        for variable, value in zip(own, values):
+            variable.assign(value)
         if self._sharded is None:
-            super().load_own_variables(store)
+            for variable, value in zip(self.inner_optimizer.variables, values[len(own):]):
+                variable.assign(value)
         else:
-            self._sharded.load(self._variables, store)
+            self._sharded.load(values[len(own):])  # says so if the count is wrong
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        if self._sharded is not None and self.built:
-            raise NotImplementedError(_SHARDED_SAVE)
-        return super()._trackable_children(save_type, **kwargs)
+    def _sharded_children(self):
+        """tf.train.Checkpoint's view of the wrapped optimizer with sharded state: as the
+        same optimizer has unsharded (tfring/keras/_sharded_tf_checkpoint.py)."""
+        if not self.built:
+            raise ValueError(
+                f"{self.name}: with shard_optimizer_state=True, build the optimizer before "
+                "tf.train.Checkpoint saves or restores it "
+                "(model.optimizer.build(model.trainable_variables)): the blocks are laid out "
+                "when it is built.")
+        return self._sharded.checkpoint.trackable_children()
 
     def _distributed_config(self):
         compression = next((k for k, v in _COMPRESSIONS.items()
@@ -294,10 +323,33 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
         self._build_inner(var_list, self.inner_optimizer.build)
         self._build_distributed(var_list)
         super().build(var_list)
+        # Keras's saving visits the wrapped optimizer too. A file written by a plain Keras
+        # optimizer has no entry for it (the wrapper's own entry holds the state): nothing
+        # to load there, rather than Keras's warning or the sharded state's error.
+        inner, load = self.inner_optimizer, self.inner_optimizer.load_own_variables
+
+        def load_own_variables(store):
+            if len(store.keys()):
+                load(store)
+
+        inner.load_own_variables = load_own_variables
 
     @property
     def variables(self):
         return self._variables + self.inner_optimizer.variables
+
+    def _saved_own_variables(self):
+        # None: the wrapper's step counter and learning rate are unused (the wrapped
+        # optimizer's count), and a plain Keras optimizer then loads the file.
+        return []
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # The wrapped optimizer's children as its own: a TensorFlow checkpoint of the
+        # wrapper is the plain optimizer's (restores without tfring, and the reverse). The
+        # wrapper's own step counter and learning rate are unused.
+        if self._sharded is not None:
+            return self._sharded_children()
+        return self.inner_optimizer._trackable_children(save_type, **kwargs)
 
     def apply(self, grads, trainable_variables=None):
         self._apply_distributed(grads, trainable_variables, self.inner_optimizer.apply)
@@ -374,6 +426,20 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
     def apply(self, grads, trainable_variables=None):
         # The LossScaleOptimizer's own apply: unscale, test for inf/nan, apply or skip.
         self._apply_distributed(grads, trainable_variables, super().apply)
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = super()._trackable_children(save_type, **kwargs)
+        if self._sharded is not None:  # the LossScaleOptimizer's own variables as they are
+            self._sharded_children()  # refuses an optimizer not built yet
+            children["inner_optimizer"] = self._sharded.checkpoint.trackable_object()
+            if "_trainable_variables" in children:  # built on the blocks: the model's
+                if getattr(self, "_checkpointed_model_variables", None) is None:
+                    # One object, kept: a checkpoint matches objects by identity.
+                    object.__setattr__(self, "_checkpointed_model_variables",
+                                       tf.__internal__.tracking.wrap(
+                                           list(self._model_variables)))
+                children["_trainable_variables"] = self._checkpointed_model_variables
+        return children
 
     def get_config(self):
         return {**super().get_config(), **self._distributed_config()}

@@ -1,0 +1,90 @@
+"""tf.train.Checkpoint of sharded optimizer state (shard_optimizer_state=True): the object
+graph a TensorFlow checkpoint sees is the one the same optimizer has unsharded, so that a
+checkpoint written at N ranks restores at M ranks, sharded or not, and into a plain Keras
+optimizer (without tfring).
+
+TensorFlow checkpoints an object through `_trackable_children` (its named children) and, for
+a leaf, `_serialize_to_tensors` / `_restore_from_tensors`. The wrapped optimizer, built on
+blocks, has the wrong children (one slot per block, block-sized). Its unsharded template
+(ShardedCheckpoint builds one on one-element stand-ins for the model's variables) has the
+right names; the mirror here is that template's children with each template variable
+replaced:
+  - a slot (Adam's moment of model variable j, say) by a GatheredSlot, which writes the whole
+    slot from rank 0's gathered snapshot and, restored, takes its part into this rank's
+    blocks;
+  - the optimizer's own variables (step counter, learning rate) by the real ones;
+  - a stand-in by the model's variable.
+"""
+
+import tensorflow as tf
+# SaveSpec: a checkpointed value made only when a save writes it (no public name).
+from tensorflow.python.training.saving import saveable_object
+
+
+class GatheredSlot(tf.__internal__.tracking.Trackable):
+    """One slot of one model variable, whole, in a checkpoint; this rank's blocks of it in
+    memory."""
+
+    def __init__(self, checkpoint, index):
+        self._checkpoint = checkpoint
+        self._index = index  # in the unsharded optimizer's variables
+
+    def _serialize_to_tensors(self):
+        # The key a variable writes: a plain optimizer's variable restores from it, and this
+        # from a plain optimizer's variable. A callable: TensorFlow also asks for this on a
+        # restore, where only the dtype matters, and the value exists on rank 0 alone.
+        # A py_function: TensorFlow traces the save into a function it may reuse, and the
+        # value must be the one gathered for this save.
+        dtype = self._checkpoint.dtype_of(self._index)
+
+        def value():
+            return tf.py_function(lambda: self._checkpoint.value_to_save(self._index), [],
+                                  dtype)
+
+        return {"VARIABLE_VALUE": saveable_object.SaveSpec(value, "", "", dtype=dtype,
+                                                           device="/device:CPU:0")}
+
+    def _restore_from_tensors(self, restored_tensors):
+        # TensorFlow restores inside a function too: the blocks are assigned when it runs.
+        def restore(value):
+            self._checkpoint.restore_one(self._index, value.numpy())
+            return True
+
+        return tf.py_function(restore, [restored_tensors["VARIABLE_VALUE"]], tf.bool)
+
+
+class _Mirror(tf.__internal__.tracking.Trackable):
+    """An object whose checkpoint children are given (the wrapped optimizer, unsharded)."""
+
+    def __init__(self, children):
+        self._children = children
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        return dict(self._children)
+
+
+def mirror_children(template, layout, own_variables, stand_ins, model_variables, checkpoint):
+    """The template optimizer's checkpoint children, its variables replaced as the module
+    says. `layout[k]` is None for the k-th template variable that is the optimizer's own."""
+    replace = {}
+    own = iter(own_variables)
+    for k, (variable, entry) in enumerate(zip(template.variables, layout)):
+        replace[id(variable)] = next(own) if entry is None else GatheredSlot(checkpoint, k)
+    for stand_in, variable in zip(stand_ins, model_variables):
+        replace[id(stand_in)] = variable
+
+    def convert(child):
+        if id(child) in replace:
+            return replace[id(child)]
+        if isinstance(child, (list, tuple)):
+            return tf.__internal__.tracking.wrap([convert(c) for c in child])
+        if isinstance(child, dict) or hasattr(child, "items"):
+            return tf.__internal__.tracking.wrap({k: convert(v) for k, v in child.items()})
+        raise ValueError(f"shard_optimizer_state=True cannot checkpoint the optimizer's "
+                         f"{type(child).__name__} with tf.train.Checkpoint")
+
+    return {name: convert(child) for name, child in template._trackable_children().items()}
+
+
+def mirror(children):
+    return _Mirror(children)
