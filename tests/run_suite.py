@@ -5,9 +5,9 @@ Stages: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NC
 per GPU, skipped with the reason where there is none), the same native tests built with
 AddressSanitizer+UBSan and with ThreadSanitizer, unit tests (one process), parallel tests
 under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
-TF_USE_LEGACY_KERAS=1, the Adasum tests at 4 ranks, failure scenarios, jobs with
-init(comm=...) and mpi4py, the examples (each run under mpirun as a user would), a job
-across two hosts made on this machine (tests/multihost).
+TF_USE_LEGACY_KERAS=1 (the sharded ones at 3 ranks too), the Adasum tests at 4 ranks, failure
+scenarios, jobs with init(comm=...) and mpi4py, the examples (each run under mpirun as a user
+would), a job across two hosts made on this machine (tests/multihost).
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
@@ -187,8 +187,13 @@ def main():
         stages.append((f"parallel np={n}", MPIRUN + ["-np", str(n), "--tag-output"] + PYTEST +
                        ["-x", "tests/parallel"], 900, "[1,0]<stdout>", PARALLEL_ENV))
     stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
-                   ["-x", "tests/parallel/test_tf_keras.py"], 600, "[1,0]<stdout>",
+                   ["-x", "tests/parallel/test_tf_keras.py",
+                    "tests/parallel/test_tf_keras_sharded.py"], 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
+    # Sharded state's blocks split variables differently at 3 ranks.
+    stages.append(("parallel tf_keras sharded np=3", MPIRUN + ["-np", "3", "--tag-output"] +
+                   PYTEST + ["-x", "tests/parallel/test_tf_keras_sharded.py"], 300,
+                   "[1,0]<stdout>", dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     # Adasum's tree has a second level only from 4 ranks on.
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_adasum.py"], 300, "[1,0]<stdout>", PARALLEL_ENV))

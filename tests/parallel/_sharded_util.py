@@ -1,6 +1,7 @@
 """Helpers of the shard_optimizer_state=True tests: a model whose variables (42 + 7 + 35 + 5
 + 5 + 1 = 95 elements) do not divide into the ranks' blocks at 2 or 3 ranks, so blocks
-split variables; each rank's data; unsharded against sharded."""
+split variables; each rank's data; unsharded against sharded. `k` is the Keras module:
+Keras 3 (the default) or tf_keras (tf.keras under TF_USE_LEGACY_KERAS=1)."""
 
 import keras
 import numpy as np
@@ -13,12 +14,12 @@ STEPS, BATCH = 3, 4
 TOTAL = 95
 
 
-def _model():
-    keras.utils.set_random_seed(3)
-    x = keras.Input((6,))
-    h = keras.layers.Dense(7, activation="tanh")(x)
-    h = keras.layers.Dense(5, activation="tanh")(h)
-    return keras.Model(x, keras.layers.Dense(1)(h))
+def _model(k=keras):
+    k.utils.set_random_seed(3)
+    x = k.Input((6,))
+    h = k.layers.Dense(7, activation="tanh")(x)
+    h = k.layers.Dense(5, activation="tanh")(h)
+    return k.Model(x, k.layers.Dense(1)(h))
 
 
 def _data(rank):
@@ -28,11 +29,11 @@ def _data(rank):
             rng.normal(size=(n, 1)).astype(np.float32))
 
 
-def _fit(make_optimizer, sharded, callbacks=(), **options):
-    model = _model()
+def _fit(make_optimizer, sharded, callbacks=(), k=keras, jit_compile=False, **options):
+    model = _model(k)
     optimizer = tk.DistributedOptimizer(make_optimizer(), shard_optimizer_state=sharded,
                                         **options)
-    model.compile(optimizer=optimizer, loss="mse")
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=jit_compile)
     x, y = _data(tfring.rank())
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
               callbacks=list(callbacks))
@@ -49,10 +50,32 @@ def _assert_same_on_every_rank(flat):
         np.testing.assert_array_equal(gathered[r], gathered[0], err_msg=f"rank {r} differs")
 
 
-def _compare(make_optimizer, rtol=1e-5, atol=1e-6, **options):
-    initial = _flat(_model().get_weights())
-    plain = _flat(_fit(make_optimizer, False, **options).get_weights())
-    sharded = _flat(_fit(make_optimizer, True, **options).get_weights())
+def _compare(make_optimizer, rtol=1e-5, atol=1e-6, k=keras, **options):
+    initial = _flat(_model(k).get_weights())
+    plain = _flat(_fit(make_optimizer, False, k=k, **options).get_weights())
+    sharded = _flat(_fit(make_optimizer, True, k=k, **options).get_weights())
     assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
     np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)
     _assert_same_on_every_rank(sharded)
+
+
+def _adamw(k=keras):
+    opt = k.optimizers.AdamW(0.01, weight_decay=0.2)
+    opt.exclude_from_weight_decay(var_names=["bias"])  # two groups: with decay, without
+    return opt
+
+
+def optimizers(k=keras):
+    """(makers, ids) of the optimizers every framework's sharded state is compared on."""
+    return ([lambda: k.optimizers.SGD(0.1, momentum=0.9), lambda: k.optimizers.Adam(0.01),
+             lambda: _adamw(k), lambda: k.optimizers.RMSprop(0.01)],
+            ["sgd-momentum", "adam", "adamw-bias-excluded", "rmsprop"])
+
+
+def clipping_optimizers(k=keras):
+    """Norms small enough that every step clips: a norm of a rank's block alone would scale
+    differently."""
+    return ([lambda: k.optimizers.Adam(0.01, global_clipnorm=0.05),
+             lambda: k.optimizers.SGD(0.1, clipnorm=0.02),
+             lambda: k.optimizers.SGD(0.1, clipvalue=0.005)],
+            ["global-clipnorm", "clipnorm", "clipvalue"])

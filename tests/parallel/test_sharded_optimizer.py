@@ -13,33 +13,17 @@ import tfring
 import tfring.keras as tk
 
 from _sharded_util import BATCH, STEPS, TOTAL, _assert_same_on_every_rank, _compare, \
-    _data, _fit, _flat, _model
+    _data, _fit, _flat, _model, clipping_optimizers, optimizers
 
 
-def _adamw():
-    opt = keras.optimizers.AdamW(0.01, weight_decay=0.2)
-    opt.exclude_from_weight_decay(var_names=["bias"])  # two groups: with decay, without
-    return opt
-
-
-@pytest.mark.parametrize("make_optimizer", [
-    lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-    lambda: keras.optimizers.Adam(0.01),
-    _adamw,
-    lambda: keras.optimizers.RMSprop(0.01),
-], ids=["sgd-momentum", "adam", "adamw-bias-excluded", "rmsprop"])
+@pytest.mark.parametrize("make_optimizer", optimizers()[0], ids=optimizers()[1])
 def test_equals_unsharded(make_optimizer):
     _compare(make_optimizer)
 
 
-@pytest.mark.parametrize("make_optimizer", [
-    lambda: keras.optimizers.Adam(0.01, global_clipnorm=0.05),
-    lambda: keras.optimizers.SGD(0.1, clipnorm=0.02),
-    lambda: keras.optimizers.SGD(0.1, clipvalue=0.005),
-], ids=["global-clipnorm", "clipnorm", "clipvalue"])
+@pytest.mark.parametrize("make_optimizer", clipping_optimizers()[0],
+                         ids=clipping_optimizers()[1])
 def test_clipping_uses_whole_norms(make_optimizer):
-    # Norms small enough that every step clips: a norm of this rank's block alone would
-    # scale differently.
     _compare(make_optimizer)
 
 

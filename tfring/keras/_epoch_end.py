@@ -75,7 +75,9 @@ def optimizer_variables(optimizer):
     one (shard_optimizer_state=True) not the blocks, which each rank holds its own of."""
     sharded = getattr(optimizer, "_sharded", None)
     if sharded is not None:
-        return list(optimizer._variables) + sharded.replicated_variables()
+        # The Keras 3 wrapper's own variables too; a tf_keras optimizer is the one sharded.
+        own = [] if sharded.inner is optimizer else list(optimizer._variables)
+        return own + sharded.replicated_variables()
     # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
     variables = optimizer.variables
     return list(variables() if callable(variables) else variables)

@@ -53,12 +53,27 @@ def dense(grads, variables, sparse_as_dense):
     return out
 
 
-class ShardedKerasState:
-    """The blocks of one Keras 3 wrapper (an object Keras does not track: the block
-    variables mirror the model's weights and are no optimizer state of their own)."""
+def keras_variable(value, name):
+    """A Keras 3 variable (what Keras 3 optimizers are built on)."""
+    return keras.Variable(value, dtype=value.dtype, trainable=False, name=name)
 
-    def __init__(self, inner, kind, compression, op, gradient_predivide_factor):
-        self._inner = inner
+
+def tf_variable(value, name):
+    """A tf.Variable (what tf_keras optimizers are built on)."""
+    return tf.Variable(value, trainable=False, name=name)
+
+
+class ShardedKerasState:
+    """The blocks of one Keras optimizer: the Keras 3 wrapper's inner optimizer, or a
+    tf_keras optimizer hooked in place (an object Keras does not track: the block variables
+    mirror the model's weights and are no optimizer state of their own).
+
+    new_variable(value, name) makes a variable of the kind the optimizer is built on."""
+
+    def __init__(self, inner, kind, compression, op, gradient_predivide_factor,
+                 new_variable=keras_variable):
+        self.inner = self._inner = inner
+        self._new_variable = new_variable
         self._kind = kind
         self._options = dict(compression=compression, op=op,
                              gradient_predivide_factor=gradient_predivide_factor)
@@ -91,7 +106,8 @@ class ShardedKerasState:
         """The whole state's layout, gathering and loading (made on first use)."""
         if self._checkpoint is None:
             self._checkpoint = _sharded_checkpoint.ShardedCheckpoint(
-                self._inner, self.update, self.blocks, self._slots, self._kind)
+                self._inner, self.update, self.blocks, self._slots, self._kind,
+                self._new_variable)
         return self._checkpoint
 
     def _make_blocks(self, variables):
@@ -104,9 +120,8 @@ class ShardedKerasState:
             **self._options)
         self.blocks = []
         for g, layout in enumerate(self.update.layouts):
-            self.blocks.append(keras.Variable(
-                tf.zeros([layout.length], layout.dtype), dtype=layout.dtype, trainable=False,
-                name=f"tfring_block{g}"))
+            self.blocks.append(self._new_variable(tf.zeros([layout.length], layout.dtype),
+                                                  f"tfring_block{g}"))
         if decays:
             excluded = {inner._var_key(b) for b, (_, decay) in zip(self.blocks, self.update.group_keys)
                         if not decay}

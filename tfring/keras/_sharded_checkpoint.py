@@ -19,7 +19,6 @@ whole state until tfring's BroadcastGlobalVariablesCallback has sent root's to e
 
 import contextlib
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -33,9 +32,14 @@ def recording_slots(optimizer, record):
     `optimizer` makes from a reference variable."""
     make = optimizer.add_variable_from_reference
 
-    def recorded(reference_variable, name=None, initializer="zeros"):
-        variable = make(reference_variable, name=name, initializer=initializer)
-        record.append((variable, reference_variable, name))
+    def recorded(*args, **kwargs):
+        # Keras 3: (reference_variable, name=None, initializer="zeros"); tf_keras:
+        # (model_variable, variable_name, shape=None, initial_value=None), often by keyword.
+        variable = make(*args, **kwargs)
+        reference = args[0] if args else kwargs.get("reference_variable",
+                                                    kwargs.get("model_variable"))
+        name = args[1] if len(args) > 1 else kwargs.get("name", kwargs.get("variable_name"))
+        record.append((variable, reference, name))
         return variable
 
     optimizer.add_variable_from_reference = recorded
@@ -49,8 +53,9 @@ class ShardedCheckpoint:
     """The whole state of one sharded optimizer: gathered for saving, and loaded into
     blocks."""
 
-    def __init__(self, inner, update, blocks, block_slots, kind):
+    def __init__(self, inner, update, blocks, block_slots, kind, new_variable):
         self._inner, self._update, self._kind = inner, update, kind
+        self._new_variable = new_variable
         group_of_block = {id(b): g for g, b in enumerate(blocks)}
         # (variable, group, slot name) of the wrapped optimizer's slots, in its order.
         self._slots = [(v, group_of_block[id(ref)], name) for v, ref, name in block_slots]
@@ -73,9 +78,9 @@ class ShardedCheckpoint:
         """[(model variable index, slot name) or None (the optimizer's own)] in the order of
         the unsharded optimizer's variables."""
         template = type(self._inner).from_config(self._inner.get_config())
-        stand_ins = [keras.Variable(np.zeros([1] * len(v.shape), v.dtype.name
-                                             if hasattr(v.dtype, "name") else v.dtype))
-                     for v in self._update.variables]
+        stand_ins = [self._new_variable(tf.zeros([1] * len(v.shape), v.dtype),
+                                        f"tfring_stand_in{j}")
+                     for j, v in enumerate(self._update.variables)]
         index_of = {id(s): j for j, s in enumerate(stand_ins)}
         record = []
         with recording_slots(template, record):
@@ -178,7 +183,7 @@ class ShardedCheckpoint:
         if self._children is None:
             self._children = _sharded_tf_checkpoint.mirror_children(
                 self._template, self._layout, self._own, self._stand_ins,
-                self._update.variables, self)
+                self._update.variables, self, self._inner)
         return self._children
 
     def trackable_object(self):

@@ -63,9 +63,12 @@ class _Mirror(tf.__internal__.tracking.Trackable):
         return dict(self._children)
 
 
-def mirror_children(template, layout, own_variables, stand_ins, model_variables, checkpoint):
+def mirror_children(template, layout, own_variables, stand_ins, model_variables, checkpoint,
+                    inner):
     """The template optimizer's checkpoint children, its variables replaced as the module
-    says. `layout[k]` is None for the k-th template variable that is the optimizer's own."""
+    says. `layout[k]` is None for the k-th template variable that is the optimizer's own.
+    A child variable that is none of those (tf_keras keeps its learning rate out of
+    `variables`) is `inner`'s child of the same name."""
     replace = {}
     own = iter(own_variables)
     for k, (variable, entry) in enumerate(zip(template.variables, layout)):
@@ -80,10 +83,19 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
             return tf.__internal__.tracking.wrap([convert(c) for c in child])
         if isinstance(child, dict) or hasattr(child, "items"):
             return tf.__internal__.tracking.wrap({k: convert(v) for k, v in child.items()})
+        if not isinstance(child, tf.__internal__.tracking.Trackable):
+            return child  # a plain value in a tracked dict (tf_keras's _index_dict): unsaved
         raise ValueError(f"shard_optimizer_state=True cannot checkpoint the optimizer's "
                          f"{type(child).__name__} with tf.train.Checkpoint")
 
-    return {name: convert(child) for name, child in template._trackable_children().items()}
+    own_children = type(inner)._trackable_children(inner)  # the class's: not the mirror
+    children = {}
+    for name, child in template._trackable_children().items():
+        if id(child) not in replace and isinstance(child, tf.Variable):
+            children[name] = own_children[name]
+        else:
+            children[name] = convert(child)
+    return children
 
 
 def mirror(children):

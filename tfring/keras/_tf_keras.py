@@ -43,6 +43,16 @@ def is_distributed(optimizer):
     return bool(getattr(optimizer, _MARK, False))
 
 
+def check_not_distributed(optimizer):
+    if is_distributed(optimizer):
+        raise ValueError("This tf_keras optimizer is already distributed by tfring; wrap it "
+                         "once.")
+
+
+def mark_distributed(optimizer):
+    setattr(optimizer, _MARK, True)
+
+
 def _innermost(optimizer):
     # A LossScaleOptimizer aggregates through its inner optimizer's method.
     inner = getattr(optimizer, "inner_optimizer", None)
@@ -56,9 +66,7 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     gets Horovod's `register_local_var(var)`."""
     _gradients.check_options(op, gradient_predivide_factor, backward_passes_per_step,
                              average_aggregated_gradients)
-    if is_distributed(optimizer):
-        raise ValueError("This tf_keras optimizer is already distributed by tfring; wrap it "
-                         "once.")
+    check_not_distributed(optimizer)
     local_vars = _gradients.LocalVariables()
     options = dict(op=op, compression=compression, sparse_as_dense=sparse_as_dense,
                    gradient_predivide_factor=gradient_predivide_factor, groups=groups,
@@ -105,19 +113,23 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     target._aggregate_gradients = aggregate
     target._compute_gradients = compute_gradients
     if accumulating:
-        _hook_accumulation(optimizer, int(backward_passes_per_step),
-                           average_aggregated_gradients, aggregate, reduced_already)
-    setattr(optimizer, _MARK, True)
+        hook_accumulation(optimizer, int(backward_passes_per_step),
+                          average_aggregated_gradients, aggregate, reduced_already)
+    mark_distributed(optimizer)
     return optimizer
 
 
-def _hook_accumulation(optimizer, passes, average, aggregate, reduced_already):
+def hook_accumulation(optimizer, passes, average, aggregate, reduced_already,
+                      build_slots=None):
     """Replaces optimizer.apply_gradients: sums passes locally; on every `passes`-th call
     reduces the sums with `aggregate` and applies them. The reduction happens here, not in
     the original apply_gradients, which skips its aggregation when a script passes
     experimental_aggregate_gradients=False (Horovod's pattern after _compute_gradients);
-    `reduced_already` tells the hooked aggregation not to reduce them again."""
+    `reduced_already` tells the hooked aggregation not to reduce them again.
+    build_slots(optimizer, variables) builds the optimizer's variables before the first
+    pass (default: _build_slots)."""
     original_apply = optimizer.apply_gradients
+    build_slots = build_slots or _build_slots
     accumulator = _accumulation.GradientAccumulator(passes, average)
     optimizer._agg_helper = accumulator  # Horovod's name: scripts read its `counter`
 
@@ -125,7 +137,7 @@ def _hook_accumulation(optimizer, passes, average, aggregate, reduced_already):
         grads_and_vars = [(g, v) for g, v in grads_and_vars]
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
-        _build_slots(optimizer, variables)  # variables cannot be created inside the tf.cond
+        build_slots(optimizer, variables)  # variables cannot be created inside the tf.cond
         accumulator.build(variables)  # once; local state, see tfring/_accumulation.py
         is_update = accumulator.add(grads)
 

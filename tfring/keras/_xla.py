@@ -22,6 +22,14 @@ from tfring import _xla
 _WARNED = set()
 
 
+def optimizer_without_xla(optimizer):
+    """Why `optimizer`'s step cannot run under XLA although tfring's ops can, or None."""
+    if getattr(optimizer, "_sharded", None) is not None:
+        return ("shard_optimizer_state=True gathers the updated weights with allgather, "
+                "which has no XLA lowering yet")
+    return None
+
+
 def install_keras_jit_guard(is_distributed, without_xla=lambda optimizer: None):
     """Makes Keras 3 resolve jit_compile to False for models with a tfring optimizer when
     tfring's ops cannot run under XLA here, or when without_xla(optimizer) says why that
@@ -65,8 +73,11 @@ def _warn_once(model, who, reason=None):
 
 def disable_jit_compile(model, who):
     """Turns off `model.jit_compile` (Keras 3 and tf_keras) if it is on and tfring's ops
-    cannot run under XLA here; warns once."""
-    if model is None or _xla.available():
+    cannot run under XLA here, or its optimizer's step cannot; warns once."""
+    if model is None:
+        return
+    reason = optimizer_without_xla(getattr(model, "optimizer", None))
+    if _xla.available() and reason is None:
         return
     try:
         enabled = bool(getattr(model, "jit_compile", False))
@@ -79,7 +90,7 @@ def disable_jit_compile(model, who):
     for attr in ("train_function", "test_function", "predict_function"):
         if getattr(model, attr, None) is not None:
             setattr(model, attr, None)
-    _warn_once(model, who)
+    _warn_once(model, who, reason)
 
 
 def check_not_in_xla(what):

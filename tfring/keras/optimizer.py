@@ -25,7 +25,7 @@ import tensorflow as tf
 from tfring import _accumulation, _gradients, collectives, functions
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
-from tfring.keras import _sharded, _tf_keras, _xla
+from tfring.keras import _sharded, _tf_keras, _tf_keras_sharded, _xla
 
 _KIND = "keras.DistributedOptimizer"
 # tf.train.Checkpoint saves what each object holds, and a rank holds its blocks only: refused
@@ -60,8 +60,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             `register_local_var` (which are not reduced) by the set's size, as Horovod.
         shard_optimizer_state: tfring's own (not Horovod's): each rank keeps and updates
             the optimizer state of 1/N of the weights only (ZeRO stage 1); gradients are
-            reduce-scattered and the updated weights allgathered. Keras 3 optimizers;
-            docs/sharded-optimizer.md says what it supports.
+            reduce-scattered and the updated weights allgathered. Keras 3 and tf_keras
+            optimizers; docs/sharded-optimizer.md says what it supports.
 
     Returns:
         A DistributedKerasOptimizer (a DistributedLossScaleOptimizer for a
@@ -94,8 +94,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if _tf_keras.is_tf_keras_optimizer(optimizer):
         options.pop("name")
         if options.pop("shard_optimizer_state"):
-            raise ValueError("shard_optimizer_state=True is not available for tf_keras "
-                             "optimizers yet; use a Keras 3 optimizer.")
+            return _tf_keras_sharded.distribute(optimizer, **options)
         return _tf_keras.distribute(optimizer, **options)
     raise TypeError(f"tfring.keras.DistributedOptimizer needs a Keras optimizer (Keras 3, or "
                     f"tf_keras with TF_USE_LEGACY_KERAS=1). Received: {type(optimizer)!r}")
@@ -482,15 +481,7 @@ def is_distributed(optimizer):
     return isinstance(optimizer, _DistributedMixin) or _tf_keras.is_distributed(optimizer)
 
 
-def _without_xla(optimizer):
-    """Why `optimizer`'s step cannot run under XLA although tfring's ops can, or None."""
-    if getattr(optimizer, "_sharded", None) is not None:
-        return ("shard_optimizer_state=True gathers the updated weights with allgather, "
-                "which has no XLA lowering yet")
-    return None
-
-
-_xla.install_keras_jit_guard(is_distributed, _without_xla)
+_xla.install_keras_jit_guard(is_distributed, _xla.optimizer_without_xla)
 
 
 def broadcast_global_variables(root_rank):

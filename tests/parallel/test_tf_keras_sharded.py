@@ -1,0 +1,129 @@
+"""shard_optimizer_state=True on tf_keras optimizers (TF_USE_LEGACY_KERAS=1): training equals
+unsharded training, weights are the same on every rank, each rank holds its block of the
+state, and checkpoints hold the whole state as the unsharded optimizer does.
+
+The suite runs this file with TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks (its own stages); in
+the Keras 3 runs it is skipped. The model's 95 weights do not divide into the blocks.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+if not os.environ.get("TF_USE_LEGACY_KERAS") or "tf_keras" not in tf.keras.__name__:
+    pytest.skip("tf_keras tests run with TF_USE_LEGACY_KERAS=1 (a stage of their own)",
+                allow_module_level=True)
+
+import tfring  # noqa: E402
+import tfring.keras as hvd  # noqa: E402
+
+from _sharded_util import BATCH, TOTAL, _assert_same_on_every_rank, _data, _flat, \
+    clipping_optimizers, optimizers  # noqa: E402
+import _sharded_util  # noqa: E402
+
+keras = tf.keras
+
+
+def _model():
+    return _sharded_util._model(keras)
+
+
+def _compiled(make_optimizer, sharded, jit_compile=False, **options):
+    model = _model()
+    model.compile(optimizer=hvd.DistributedOptimizer(make_optimizer(),
+                                                     shard_optimizer_state=sharded, **options),
+                  loss="mse", jit_compile=jit_compile)
+    return model
+
+
+def _fit(model, callbacks=()):
+    x, y = _data(tfring.rank())
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=list(callbacks))
+    return model
+
+
+def _compare(make_optimizer, **options):
+    _sharded_util._compare(make_optimizer, k=keras, **options)
+
+
+@pytest.mark.parametrize("make_optimizer", optimizers(keras)[0] + clipping_optimizers(keras)[0],
+                         ids=optimizers(keras)[1] + clipping_optimizers(keras)[1])
+def test_equals_unsharded(make_optimizer):
+    _compare(make_optimizer)
+
+
+def test_accumulation_and_fp16_compression():
+    _compare(lambda: keras.optimizers.Adam(0.01), backward_passes_per_step=3)
+    _compare(lambda: keras.optimizers.SGD(0.1, momentum=0.9), rtol=1e-3, atol=1e-4,
+             compression=tfring.Compression.fp16)
+
+
+def test_jit_compile_with_tfring_callback_runs_without_xla():
+    # tfring's callbacks turn XLA off for the step (allgather has no XLA lowering yet).
+    model = _compiled(lambda: keras.optimizers.Adam(0.01), True, jit_compile=True)
+    _fit(model, [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    plain = _fit(_compiled(lambda: keras.optimizers.Adam(0.01), False),
+                 [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    np.testing.assert_allclose(_flat(model.get_weights()), _flat(plain.get_weights()),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_state_is_a_block(rank, size):
+    model = _fit(_compiled(lambda: keras.optimizers.Adam(0.01), True))
+    state = [v for v in model.optimizer.variables if int(np.prod(v.shape)) > 1]
+    mine = sum(int(np.prod(v.shape)) for v in state)
+    block = TOTAL // size + (1 if rank < TOTAL % size else 0)
+    assert mine == 2 * block, [v.shape for v in state]
+    _assert_same_on_every_rank(_flat(model.get_weights()))
+
+
+def test_refusals_say_why():
+    with pytest.raises(ValueError, match="tf_keras.optimizers.legacy"):
+        hvd.DistributedOptimizer(keras.optimizers.legacy.Adam(0.01), shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="LossScaleOptimizer"):
+        hvd.DistributedOptimizer(keras.mixed_precision.LossScaleOptimizer(
+            keras.optimizers.Adam(0.01)), shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="Adasum"):
+        hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True,
+                                 op=tfring.Adasum)
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="cannot keep a variable local"):
+        opt.register_local_var(tf.Variable(1.0))
+
+
+def _checkpoint_state(path):
+    return {k: tf.train.load_variable(path, k) for k, _ in tf.train.list_variables(path)
+            if "/optimizer/" in k}
+
+
+def test_checkpoints_hold_the_whole_state_and_resume(tmp_path):
+    root = tfring.broadcast_object(str(tmp_path), 0, name="tf_keras.sharded.tmp")
+    make = lambda: keras.optimizers.Adam(0.01)  # noqa: E731
+    sharded = _fit(_compiled(make, True), [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    unsharded = _fit(_compiled(make, False))
+    if tfring.rank() == 0:  # gathered at the epoch's end by tfring's callback
+        tf.train.Checkpoint(model=sharded).write(f"{root}/sharded")
+        tf.train.Checkpoint(model=unsharded).write(f"{root}/unsharded")
+        sharded.save(f"{root}/sharded.keras")
+        got, want = _checkpoint_state(f"{root}/sharded"), _checkpoint_state(f"{root}/unsharded")
+        assert sorted(got) == sorted(want) and len(want) > 6, (sorted(got), sorted(want))
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-7,
+                                       err_msg=key)
+        # A plain tf_keras optimizer loads the .keras file's optimizer state.
+        plain = keras.models.load_model(f"{root}/sharded.keras")
+        for got_v, want_v in zip(plain.optimizer.variables, unsharded.optimizer.variables):
+            np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5, atol=1e-7)
+    tfring.barrier()
+    finals = []
+    for shard, name in ((True, "unsharded"), (False, "sharded"), (True, "sharded")):
+        model = _compiled(make, shard)
+        model.optimizer.build(model.trainable_variables)
+        tf.train.Checkpoint(model=model).read(f"{root}/{name}").assert_existing_objects_matched()
+        finals.append(_flat(_fit(model).get_weights()))
+    for final in finals[1:]:
+        np.testing.assert_allclose(final, finals[0], rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(finals[0])

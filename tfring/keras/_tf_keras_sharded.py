@@ -1,0 +1,98 @@
+"""shard_optimizer_state=True for tf_keras optimizers (TF_USE_LEGACY_KERAS=1), hooked in
+place as tfring hooks them unsharded (_tf_keras.py): `apply_gradients` on the object
+reduce-scatters the gradients, lets the optimizer's own apply_gradients update this rank's
+blocks (it is built on them, so its slots are blocks), and allgathers the blocks into the
+model's variables. The blocks, clipping over ranks and checkpoints are Keras 3's
+(_sharded.py, _sharded_checkpoint.py): tf_keras.optimizers.Optimizer has the same hooks.
+
+The object gets `gather_state()` (as the Keras 3 wrapper), and checkpoints see it as the
+same optimizer unsharded: Keras's .keras files through save_own_variables, and
+tf.train.Checkpoint (so tf_keras's TensorFlow-format save_weights and model.save) through
+its checkpoint children.
+"""
+
+import tensorflow as tf
+
+from tfring.keras import _sharded, _tf_keras, _xla
+
+_KIND = "keras.DistributedOptimizer.sharded"
+
+
+def _refuse(optimizer, process_set, groups, op):
+    _sharded.check_options(op, process_set, groups)
+    if not hasattr(optimizer, "aggregate_gradients") or not hasattr(optimizer, "_clip_gradients"):
+        raise ValueError(
+            f"shard_optimizer_state=True needs an optimizer of tf_keras.optimizers (Adam, "
+            f"SGD, ...); {type(optimizer).__name__} is not one (tf_keras.optimizers.legacy "
+            "optimizers keep their slots per variable in another way).")
+    if getattr(optimizer, "inner_optimizer", None) is not None:
+        raise ValueError(
+            "shard_optimizer_state=True does not support tf_keras's LossScaleOptimizer yet; "
+            "use Keras 3 for mixed precision with sharded state (docs/sharded-optimizer.md).")
+
+
+def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
+               gradient_predivide_factor, average_aggregated_gradients, groups, process_set,
+               scale_local_gradients):
+    """Hooks the tf_keras `optimizer` (in place) to keep this rank's blocks of its state
+    only; returns it."""
+    del scale_local_gradients  # no local variables: every gradient is reduced
+    _tf_keras.check_not_distributed(optimizer)
+    _refuse(optimizer, process_set, groups, op)
+    state = _sharded.ShardedKerasState(optimizer, _KIND, compression, op,
+                                       gradient_predivide_factor, _sharded.tf_variable)
+    original_apply, own_build = optimizer.apply_gradients, optimizer.build
+
+    def build(variables):
+        if state.update is None:
+            with tf.init_scope():  # variables are made outside any function
+                state.build_inner(list(variables), own_build)
+
+    def apply_gradients(grads_and_vars, name=None, skip_gradients_aggregation=False,
+                        **kwargs):
+        _xla.check_not_in_xla("tfring.keras.DistributedOptimizer (tf_keras, sharded)")
+        kwargs.pop("experimental_aggregate_gradients", None)
+        pairs = list(grads_and_vars)
+        grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        build(variables)
+
+        def apply(block_grads, blocks):
+            # Reduced already: the original apply must not aggregate again.
+            original_apply(list(zip(block_grads, blocks)), name=name,
+                           skip_gradients_aggregation=True)
+
+        state.step(_sharded.dense(grads, variables, sparse_as_dense), variables, apply)
+        return optimizer.iterations
+
+    def register_local_var(var):
+        raise ValueError("shard_optimizer_state=True cannot keep a variable local: its "
+                         "optimizer state is split over the ranks' blocks.")
+
+    def gather_state():
+        if state.update is not None:
+            state.checkpoint.gather()
+
+    def trackable_children(save_type="checkpoint", **kwargs):
+        if state.update is None:
+            raise ValueError(
+                f"{optimizer.name}: with shard_optimizer_state=True, build the optimizer "
+                "before tf.train.Checkpoint saves or restores it (one training step, or "
+                "optimizer.build(model.trainable_variables)): the blocks are laid out when "
+                "it is built.")
+        return state.checkpoint.trackable_children()
+
+    optimizer.apply_gradients = apply_gradients
+    optimizer.register_local_var = register_local_var
+    optimizer.gather_state = gather_state
+    optimizer._trackable_children = trackable_children
+    optimizer._sharded = state
+    # optimizer.build(model variables), as Keras and scripts call it, builds on the blocks;
+    # the original apply_gradients calls it again with the blocks, which is then a no-op.
+    optimizer.build = lambda var_list: (own_build(var_list) if state.update is not None
+                                        else build(var_list))
+    if int(backward_passes_per_step) > 1:
+        _tf_keras.hook_accumulation(optimizer, int(backward_passes_per_step),
+                                    average_aggregated_gradients, lambda pairs: pairs, [],
+                                    build_slots=lambda _, variables: build(variables))
+    _tf_keras.mark_distributed(optimizer)
+    return optimizer
