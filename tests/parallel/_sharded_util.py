@@ -79,3 +79,40 @@ def clipping_optimizers(k=keras):
              lambda: k.optimizers.SGD(0.1, clipnorm=0.02),
              lambda: k.optimizers.SGD(0.1, clipvalue=0.005)],
             ["global-clipnorm", "clipnorm", "clipvalue"])
+
+
+def check_loss_scale_skips_on_every_rank(rank, k, loss_scale_optimizer, apply, scale_of,
+                                         applied_step):
+    """An inf in rank 0's gradient of the last weight lands in the last rank's block alone;
+    every rank must skip the step and halve the scale, as unsharded every rank would.
+    apply(optimizer, grads, variables); scale_of(optimizer) -> the scale now; applied_step:
+    what a step of ones moves each weight by at the halved scale."""
+    model = _model(k)
+    variables = model.trainable_variables
+    optimizer = tk.DistributedOptimizer(loss_scale_optimizer(k.optimizers.SGD(0.1)),
+                                        shard_optimizer_state=True)
+    grads = [tf.ones_like(v) for v in variables]
+    if rank == 0:
+        grads[-1] = tf.fill(tf.shape(grads[-1]), np.inf)
+    before = _flat(model.get_weights())
+    apply(optimizer, grads, variables)
+    np.testing.assert_array_equal(_flat(model.get_weights()), before)
+    assert float(scale_of(optimizer)) == 2.0
+    apply(optimizer, [tf.ones_like(v) for v in variables], variables)  # finite: applied
+    after = _flat(model.get_weights())
+    np.testing.assert_allclose(after, before - applied_step, rtol=1e-6)
+    _assert_same_on_every_rank(after)
+
+
+def check_accumulation_fp16_and_mixed_precision(k, loss_scale_optimizer):
+    """backward_passes_per_step, fp16 compression, and mixed precision under a
+    LossScaleOptimizer (loss_scale_optimizer(inner, initial_scale)): as unsharded."""
+    _compare(lambda: k.optimizers.Adam(0.01), k=k, backward_passes_per_step=3)
+    _compare(lambda: k.optimizers.SGD(0.1, momentum=0.9), rtol=1e-3, atol=1e-4, k=k,
+             compression=tfring.Compression.fp16)
+    k.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        _compare(lambda: loss_scale_optimizer(k.optimizers.SGD(0.1, momentum=0.9), 2.0 ** 10),
+                 rtol=1e-3, atol=1e-4, k=k)
+    finally:
+        k.mixed_precision.set_global_policy("float32")

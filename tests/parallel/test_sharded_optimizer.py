@@ -13,7 +13,9 @@ import tfring
 import tfring.keras as tk
 
 from _sharded_util import BATCH, STEPS, TOTAL, _assert_same_on_every_rank, _compare, \
-    _data, _fit, _flat, _model, clipping_optimizers, optimizers
+    _data, _fit, _flat, _model, check_accumulation_fp16_and_mixed_precision, \
+    check_loss_scale_skips_on_every_rank, clipping_optimizers, \
+    optimizers
 
 
 @pytest.mark.parametrize("make_optimizer", optimizers()[0], ids=optimizers()[1])
@@ -42,40 +44,17 @@ def test_jit_compile_runs_the_step_without_xla_and_says_so():
                                rtol=1e-5, atol=1e-6)
 
 
-def test_accumulation_and_fp16_compression():
-    _compare(lambda: keras.optimizers.Adam(0.01), backward_passes_per_step=3)
-    _compare(lambda: keras.optimizers.SGD(0.1, momentum=0.9), rtol=1e-3, atol=1e-4,
-             compression=tfring.Compression.fp16)
-
-
-def test_mixed_precision_loss_scale():
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        _compare(lambda: keras.optimizers.LossScaleOptimizer(
-            keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=2.0 ** 10),
-            rtol=1e-3, atol=1e-4)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+def test_accumulation_fp16_compression_and_mixed_precision():
+    check_accumulation_fp16_and_mixed_precision(
+        keras, lambda inner, scale: keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale))
 
 
 def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
-    # An inf in rank 0's gradient of the last weight lands in the last rank's block alone;
-    # every rank must skip the step and halve the scale, as unsharded every rank would.
-    model = _model()
-    variables = model.trainable_variables
-    optimizer = tk.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
-        keras.optimizers.SGD(0.1), initial_scale=4.0), shard_optimizer_state=True)
-    grads = [tf.ones_like(v) for v in variables]
-    if rank == 0:
-        grads[-1] = tf.fill(tf.shape(grads[-1]), np.inf)
-    before = _flat(model.get_weights())
-    optimizer.apply(grads, variables)
-    np.testing.assert_array_equal(_flat(model.get_weights()), before)
-    assert float(optimizer.dynamic_scale.numpy()) == 2.0
-    optimizer.apply([tf.ones_like(v) for v in variables], variables)  # finite: applied
-    after = _flat(model.get_weights())
-    np.testing.assert_allclose(after, before - 0.1 / 2.0, rtol=1e-6)
-    _assert_same_on_every_rank(after)
+    # Keras 3's apply unscales: ones at scale 2 move each weight by 0.1 / 2.
+    check_loss_scale_skips_on_every_rank(
+        rank, keras, lambda sgd: keras.optimizers.LossScaleOptimizer(sgd, initial_scale=4.0),
+        lambda opt, grads, variables: opt.apply(grads, variables),
+        lambda opt: opt.dynamic_scale.numpy(), 0.1 / 2.0)
 
 
 def test_weights_equal_after_every_step_and_state_is_a_block(rank, size):

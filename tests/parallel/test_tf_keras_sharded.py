@@ -20,7 +20,8 @@ import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 
 from _sharded_util import BATCH, TOTAL, _assert_same_on_every_rank, _data, _flat, \
-    clipping_optimizers, optimizers  # noqa: E402
+    check_accumulation_fp16_and_mixed_precision, \
+    check_loss_scale_skips_on_every_rank, clipping_optimizers, optimizers  # noqa: E402
 import _sharded_util  # noqa: E402
 
 keras = tf.keras
@@ -55,10 +56,18 @@ def test_equals_unsharded(make_optimizer):
     _compare(make_optimizer)
 
 
-def test_accumulation_and_fp16_compression():
-    _compare(lambda: keras.optimizers.Adam(0.01), backward_passes_per_step=3)
-    _compare(lambda: keras.optimizers.SGD(0.1, momentum=0.9), rtol=1e-3, atol=1e-4,
-             compression=tfring.Compression.fp16)
+def test_accumulation_fp16_compression_and_mixed_precision():
+    check_accumulation_fp16_and_mixed_precision(
+        keras, lambda inner, scale: keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=scale))
+
+
+def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
+    # tf_keras's apply_gradients takes unscaled gradients: ones move each weight by 0.1.
+    check_loss_scale_skips_on_every_rank(
+        rank, keras,
+        lambda sgd: keras.mixed_precision.LossScaleOptimizer(sgd, initial_scale=4.0),
+        lambda opt, grads, variables: opt.apply_gradients(zip(grads, variables)),
+        lambda opt: opt.loss_scale.numpy(), 0.1)
 
 
 def test_jit_compile_with_tfring_callback_runs_without_xla():
@@ -83,9 +92,12 @@ def test_state_is_a_block(rank, size):
 def test_refusals_say_why():
     with pytest.raises(ValueError, match="tf_keras.optimizers.legacy"):
         hvd.DistributedOptimizer(keras.optimizers.legacy.Adam(0.01), shard_optimizer_state=True)
-    with pytest.raises(ValueError, match="LossScaleOptimizer"):
-        hvd.DistributedOptimizer(keras.mixed_precision.LossScaleOptimizer(
-            keras.optimizers.Adam(0.01)), shard_optimizer_state=True)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:  # tf_keras's compile() would wrap it in a LossScaleOptimizer of its own
+        with pytest.raises(ValueError, match="wrap the optimizer in"):
+            hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
     with pytest.raises(ValueError, match="Adasum"):
         hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True,
                                  op=tfring.Adasum)
@@ -99,9 +111,14 @@ def _checkpoint_state(path):
             if "/optimizer/" in k}
 
 
-def test_checkpoints_hold_the_whole_state_and_resume(tmp_path):
+@pytest.mark.parametrize("loss_scale", [False, True], ids=["adam", "loss-scale-adam"])
+def test_checkpoints_hold_the_whole_state_and_resume(tmp_path, loss_scale):
     root = tfring.broadcast_object(str(tmp_path), 0, name="tf_keras.sharded.tmp")
-    make = lambda: keras.optimizers.Adam(0.01)  # noqa: E731
+
+    def make():
+        adam = keras.optimizers.Adam(0.01)
+        return keras.mixed_precision.LossScaleOptimizer(adam) if loss_scale else adam
+
     sharded = _fit(_compiled(make, True), [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     unsharded = _fit(_compiled(make, False))
     if tfring.rank() == 0:  # gathered at the epoch's end by tfring's callback

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tfring import collectives, functions, runtime
 from tfring.keras import _callback_util as util
+from tfring.keras import _tf_keras
 
 # model -> {"start": optimizer iterations at the epoch's start, "joined": bool}; weak, so a
 # model that goes takes its entry with it.
@@ -75,8 +76,8 @@ def optimizer_variables(optimizer):
     one (shard_optimizer_state=True) not the blocks, which each rank holds its own of."""
     sharded = getattr(optimizer, "_sharded", None)
     if sharded is not None:
-        # The Keras 3 wrapper's own variables too; a tf_keras optimizer is the one sharded.
-        own = [] if sharded.inner is optimizer else list(optimizer._variables)
+        # The Keras 3 wrapper's own variables too; a tf_keras optimizer is hooked in place.
+        own = [] if _tf_keras.is_tf_keras_optimizer(optimizer) else list(optimizer._variables)
         return own + sharded.replicated_variables()
     # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
     variables = optimizer.variables

@@ -68,7 +68,8 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
     """The template optimizer's checkpoint children, its variables replaced as the module
     says. `layout[k]` is None for the k-th template variable that is the optimizer's own.
     A child variable that is none of those (tf_keras keeps its learning rate out of
-    `variables`) is `inner`'s child of the same name."""
+    `variables`) is `inner`'s child of the same name, and `inner`'s children that the
+    template lacks are kept as they are."""
     replace = {}
     own = iter(own_variables)
     for k, (variable, entry) in enumerate(zip(template.variables, layout)):
@@ -95,6 +96,8 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
             children[name] = own_children[name]
         else:
             children[name] = convert(child)
+    for name, child in own_children.items():  # tracked on it by another (tf_keras's
+        children.setdefault(name, child)       # LossScaleOptimizer: its loss scale)
     return children
 
 

@@ -18,17 +18,38 @@ from tfring.keras import _sharded, _tf_keras, _xla
 _KIND = "keras.DistributedOptimizer.sharded"
 
 
-def _refuse(optimizer, process_set, groups, op):
+def _refuse(optimizer, inner, process_set, groups, op):
     _sharded.check_options(op, process_set, groups)
-    if not hasattr(optimizer, "aggregate_gradients") or not hasattr(optimizer, "_clip_gradients"):
+    if not hasattr(inner, "aggregate_gradients") or not hasattr(inner, "_clip_gradients"):
         raise ValueError(
             f"shard_optimizer_state=True needs an optimizer of tf_keras.optimizers (Adam, "
-            f"SGD, ...); {type(optimizer).__name__} is not one (tf_keras.optimizers.legacy "
+            f"SGD, ...); {type(inner).__name__} is not one (tf_keras.optimizers.legacy "
             "optimizers keep their slots per variable in another way).")
-    if getattr(optimizer, "inner_optimizer", None) is not None:
+    if inner is optimizer and tf.keras.mixed_precision.global_policy().name == "mixed_float16":
+        # tf_keras would wrap it in a LossScaleOptimizer of its own at compile(), which
+        # tests each rank's gradients before they are reduced.
         raise ValueError(
-            "shard_optimizer_state=True does not support tf_keras's LossScaleOptimizer yet; "
-            "use Keras 3 for mixed precision with sharded state (docs/sharded-optimizer.md).")
+            "shard_optimizer_state=True under the mixed_float16 policy: wrap the optimizer in "
+            "tf.keras.mixed_precision.LossScaleOptimizer before DistributedOptimizer, so that "
+            "every rank skips or applies the same steps.")
+
+
+def _agree_on_finite(optimizer, state):
+    """A LossScaleOptimizer's dynamic scale decides on the gradients it is given: this
+    rank's blocks. Its `update` is given one value instead, finite when every rank's blocks
+    are, so every rank skips (and lowers the scale) or applies alike."""
+    loss_scale = getattr(optimizer, "_loss_scale", None)
+    if loss_scale is None or not hasattr(loss_scale, "update"):
+        return  # a fixed scale: every step applies
+    own_update = loss_scale.update
+
+    def update(grads):
+        flat = [g for g in tf.nest.flatten(grads) if g is not None]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in flat])
+        everywhere = state.all_finite(finite)
+        return own_update([tf.where(everywhere, 0.0, float("nan"))])
+
+    loss_scale.update = update
 
 
 def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
@@ -38,10 +59,14 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     only; returns it."""
     del scale_local_gradients  # no local variables: every gradient is reduced
     _tf_keras.check_not_distributed(optimizer)
-    _refuse(optimizer, process_set, groups, op)
-    state = _sharded.ShardedKerasState(optimizer, _KIND, compression, op,
+    # A LossScaleOptimizer: the optimizer it wraps keeps the state.
+    inner = getattr(optimizer, "inner_optimizer", None) or optimizer
+    _refuse(optimizer, inner, process_set, groups, op)
+    state = _sharded.ShardedKerasState(inner, _KIND, compression, op,
                                        gradient_predivide_factor, _sharded.tf_variable)
-    original_apply, own_build = optimizer.apply_gradients, optimizer.build
+    original_apply, own_build = optimizer.apply_gradients, inner.build
+    if inner is not optimizer:
+        _agree_on_finite(optimizer, state)
 
     def build(variables):
         if state.update is None:
@@ -84,12 +109,17 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     optimizer.apply_gradients = apply_gradients
     optimizer.register_local_var = register_local_var
     optimizer.gather_state = gather_state
-    optimizer._trackable_children = trackable_children
+    # A LossScaleOptimizer delegates its checkpoint children to the optimizer it wraps.
+    inner._trackable_children = trackable_children
     optimizer._sharded = state
     # optimizer.build(model variables), as Keras and scripts call it, builds on the blocks;
     # the original apply_gradients calls it again with the blocks, which is then a no-op.
-    optimizer.build = lambda var_list: (own_build(var_list) if state.update is not None
-                                        else build(var_list))
+    sharded_build = lambda var_list: (own_build(var_list) if state.update is not None  # noqa
+                                      else build(var_list))
+    optimizer.build = inner.build = sharded_build
+    if inner is not optimizer:  # Keras saves it as its wrapped optimizer's variables
+        optimizer.save_own_variables = lambda store: inner.save_own_variables(store)
+        optimizer.load_own_variables = lambda store: inner.load_own_variables(store)
     if int(backward_passes_per_step) > 1:
         _tf_keras.hook_accumulation(optimizer, int(backward_passes_per_step),
                                     average_aggregated_gradients, lambda pairs: pairs, [],
