@@ -94,6 +94,21 @@ def test_broadcast_from_a_joined_root_fails_on_every_remaining_rank(rank, size):
     _agreed_last_after_rank_0(tfring.join(), size)
 
 
+def test_reducescatter_with_a_joined_rank_fails_on_every_remaining_rank(rank, size):
+    # As Horovod: a joined rank would be handed a block of the result no one uses.
+    if rank == 0:
+        _agreed_last_after_rank_0(tfring.join(), size)
+        return
+    try:
+        with pytest.raises(tf.errors.FailedPreconditionError,
+                           match=r"reducescatter 'join.rs' cannot run while rank\(s\) \[0\] "
+                                 r"have joined"):
+            tfring.reducescatter(tf.ones([4, 2]), name="join.rs")
+    finally:  # rank 0 waits for every rank to join, whatever happened here
+        last = tfring.join()
+    _agreed_last_after_rank_0(last, size)
+
+
 def test_joined_rank_cannot_submit(rank, size):
     if rank != 0:
         time.sleep(3.0)

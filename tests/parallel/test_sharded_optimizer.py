@@ -104,6 +104,23 @@ def test_refusals_say_why():
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
+def test_a_step_while_a_rank_has_joined_fails_saying_so(rank, size):
+    # Uneven data: rank 0 ran out and joined; the others' next step names it, no hang.
+    model = _model()
+    optimizer = tk.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True)
+    optimizer.build(model.trainable_variables)
+    if rank == 0:
+        tfring.join()
+        return
+    grads = [tf.ones_like(v) for v in model.trainable_variables]
+    try:
+        with pytest.raises(tf.errors.FailedPreconditionError,
+                           match=r"rank\(s\) \[0\] have joined.*shard_optimizer_state=True"):
+            optimizer.apply(grads, model.trainable_variables)
+    finally:  # rank 0 waits for every rank to join, whatever happened here
+        tfring.join()
+
+
 def test_sparse_gradients_need_sparse_as_dense():
     def fit(sparse_as_dense):
         keras.utils.set_random_seed(5)

@@ -71,7 +71,10 @@ def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
 
 
 def test_jit_compile_with_tfring_callback_runs_without_xla():
-    # tfring's callbacks turn XLA off for the step (allgather has no XLA lowering yet).
+    # Without them, a clear error; tfring's callbacks turn XLA off for the step (allgather
+    # has no XLA lowering yet).
+    with pytest.raises(RuntimeError, match="no XLA lowering yet.*BroadcastGlobalVariables"):
+        _fit(_compiled(lambda: keras.optimizers.Adam(0.01), True, jit_compile=True))
     model = _compiled(lambda: keras.optimizers.Adam(0.01), True, jit_compile=True)
     _fit(model, [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     plain = _fit(_compiled(lambda: keras.optimizers.Adam(0.01), False),

@@ -22,11 +22,14 @@ from tfring import _xla
 _WARNED = set()
 
 
+_SHARDED_WITHOUT_XLA = ("shard_optimizer_state=True gathers the updated weights with "
+                        "allgather, which has no XLA lowering yet")
+
+
 def optimizer_without_xla(optimizer):
     """Why `optimizer`'s step cannot run under XLA although tfring's ops can, or None."""
     if getattr(optimizer, "_sharded", None) is not None:
-        return ("shard_optimizer_state=True gathers the updated weights with allgather, "
-                "which has no XLA lowering yet")
+        return _SHARDED_WITHOUT_XLA
     return None
 
 
@@ -102,3 +105,14 @@ def check_not_in_xla(what):
             f"{_xla.why_unavailable()}. Compile the model with jit_compile=False, or pass "
             "tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0) to fit(), which "
             "turns XLA off for the step.")
+
+
+def check_sharded_not_in_xla(what):
+    """Raises a clear error when a sharded step (shard_optimizer_state=True) is traced into
+    an XLA-compiled function: its allgather has no XLA lowering."""
+    if _xla.in_xla_context():
+        raise RuntimeError(
+            f"{what} was traced inside an XLA-compiled function (jit_compile=True): "
+            f"{_SHARDED_WITHOUT_XLA}. Compile the model with jit_compile=False, "
+            "or pass tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0) to fit(), "
+            "which turns XLA off for the step.")

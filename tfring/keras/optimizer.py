@@ -209,6 +209,7 @@ class _DistributedMixin:
             self.built = True
         _xla.check_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
         if self._sharded is not None:
+            _xla.check_sharded_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
             sparse = self._reduce_options["sparse_as_dense"]
 
             def reduce_and_apply(grads):

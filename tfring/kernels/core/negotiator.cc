@@ -342,6 +342,14 @@ std::string JoinedProblem(const Response& r) {
     return "alltoall '" + r.name + "' cannot run while " + who +
            ": a joined rank has no rows to send. Call join() after the last alltoall.";
   }
+  if (r.kind == CollectiveKind::kReducescatter) {
+    // As Horovod: a joined rank would be handed a block of the result that no one uses,
+    // and shard_optimizer_state=True would lose that block's update.
+    return "reducescatter '" + r.name + "' cannot run while " + who +
+           ": every rank must hold its block of the result (uneven data with "
+           "shard_optimizer_state=True: give every rank the same number of batches). Call "
+           "join() after the last reducescatter.";
+  }
   if (r.kind == CollectiveKind::kBroadcast) {
     for (int32_t j : r.joined) {
       if (j == r.root_rank) {

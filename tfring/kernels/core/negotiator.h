@@ -102,8 +102,8 @@ class Negotiator {
 };
 
 // Why `r` cannot run with its joined ranks (r.joined), or "" when it can: an alltoall, a
-// broadcast whose root has joined, a GPU tensor. The same answer on every rank, from the
-// response alone.
+// reducescatter (as Horovod), a broadcast whose root has joined, a GPU tensor. The same
+// answer on every rank, from the response alone.
 std::string JoinedProblem(const Response& r);
 
 // Renders a stall report for the log or for an error, e.g.
