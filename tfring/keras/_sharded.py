@@ -110,6 +110,17 @@ class ShardedKerasState:
                 self._new_variable)
         return self._checkpoint
 
+    def checkpoint_children(self, owner):
+        """tf.train.Checkpoint's view of the optimizer: as it is unsharded
+        (_sharded_tf_checkpoint.py). Refuses one not built yet, which has no blocks."""
+        if self.update is None:
+            raise ValueError(
+                f"{owner}: with shard_optimizer_state=True, build the optimizer before "
+                "tf.train.Checkpoint saves or restores it (one training step, or "
+                "optimizer.build(model.trainable_variables)): the blocks are laid out when "
+                "it is built.")
+        return self.checkpoint.trackable_children()
+
     def _make_blocks(self, variables):
         inner = self._inner
         self._refuse(variables)

@@ -98,13 +98,8 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
             state.checkpoint.gather()
 
     def trackable_children(save_type="checkpoint", **kwargs):
-        if state.update is None:
-            raise ValueError(
-                f"{optimizer.name}: with shard_optimizer_state=True, build the optimizer "
-                "before tf.train.Checkpoint saves or restores it (one training step, or "
-                "optimizer.build(model.trainable_variables)): the blocks are laid out when "
-                "it is built.")
-        return state.checkpoint.trackable_children()
+        # tf_keras's LossScaleOptimizer has no name of its own: its wrapped optimizer's.
+        return state.checkpoint_children(getattr(optimizer, "name", None) or inner.name)
 
     optimizer.apply_gradients = apply_gradients
     optimizer.register_local_var = register_local_var

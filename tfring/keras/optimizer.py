@@ -274,17 +274,6 @@ class _DistributedMixin:
         else:
             self._sharded.load(values[len(own):])  # says so if the count is wrong
 
-    def _sharded_children(self):
-        """tf.train.Checkpoint's view of the wrapped optimizer with sharded state: as the
-        same optimizer has unsharded (tfring/keras/_sharded_tf_checkpoint.py)."""
-        if not self.built:
-            raise ValueError(
-                f"{self.name}: with shard_optimizer_state=True, build the optimizer before "
-                "tf.train.Checkpoint saves or restores it "
-                "(model.optimizer.build(model.trainable_variables)): the blocks are laid out "
-                "when it is built.")
-        return self._sharded.checkpoint.trackable_children()
-
     def _distributed_config(self):
         compression = next((k for k, v in _COMPRESSIONS.items()
                             if v is self._reduce_options["compression"]), "none")
@@ -348,7 +337,7 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
         # wrapper is the plain optimizer's (restores without tfring, and the reverse). The
         # wrapper's own step counter and learning rate are unused.
         if self._sharded is not None:
-            return self._sharded_children()
+            return self._sharded.checkpoint_children(self.name)
         return self.inner_optimizer._trackable_children(save_type, **kwargs)
 
     def apply(self, grads, trainable_variables=None):
@@ -430,7 +419,7 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         children = super()._trackable_children(save_type, **kwargs)
         if self._sharded is not None:  # the LossScaleOptimizer's own variables as they are
-            self._sharded_children()  # refuses an optimizer not built yet
+            self._sharded.checkpoint_children(self.name)  # refuses one not built yet
             children["inner_optimizer"] = self._sharded.checkpoint.trackable_object()
             if "_trainable_variables" in children:  # built on the blocks: the model's
                 if getattr(self, "_checkpointed_model_variables", None) is None:

@@ -21,9 +21,9 @@ MPI_Op NativeOp(ReduceOp op) {
 constexpr int64_t kMaxChunk = INT_MAX / 8;  // elements per MPI call: counts are ints
 
 // From this many bytes a reducescatter runs tfring's ring (RingReducescatter) instead of
-// MPI_Reduce_scatter. Open MPI 5.0's took 8.3 ms for 21 MB of float32 at 2 ranks, more
-// than its allreduce (6.2 ms); the ring takes 2.4 ms (12.5 and 5.4 ms at 3 ranks). Below
-// about this size the ring's size-1 latency-bound steps cost more than MPI's algorithms.
+// MPI_Reduce_scatter, which in Open MPI 5.0 was slower than its own allreduce for large
+// buffers; below it, the ring's size-1 latency-bound steps cost more than MPI's algorithms
+// (measured: docs/benchmarks.md, 'shard_optimizer_state=True against the unsharded step').
 constexpr int64_t kRingReducescatterBytes = 256 * 1024;
 // The ring's messages: tfring's communicator carries no other point-to-point traffic.
 constexpr int kRingTag = 0x7472;
