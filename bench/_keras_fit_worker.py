@@ -179,6 +179,12 @@ def run(args):
               "jit_compile": bool(getattr(model, "jit_compile", False)),
               "weight_bytes": int(sum(np.prod(w.shape) * w.dtype.itemsize
                                       for w in model.get_weights()))}
+    if args.shard_optimizer_state:
+        # The flat buffers the ranks reduce-scatter and allgather: the weights and the
+        # padding that starts each variable aligned (tfring/_sharded_state.py).
+        update = model.optimizer._sharded.update
+        result["sharded_buffer_bytes"] = int(sum(layout.total * layout.dtype.size
+                                                 for layout in update.layouts))
     if args.mode == "tfring":
         weights = model.get_weights()
         same = all(np.array_equal(w, hvd.broadcast(w, 0, name=f"bench.check.{i}"))

@@ -191,6 +191,7 @@ def main():
         setups = [s for s in setups if s[1] in (run_tfring, run_tfring_sharded) and not s[2]]
     step_ms = {}  # (model, function, XLA) -> median step time
     weight_bytes = {}  # model -> bytes of its weights
+    buffer_bytes = {}  # model -> bytes of its sharded flat buffers (weights and padding)
     for model in args.models.split(","):
         # Round by round, every set-up once per round: the VM's speed drifts from minute to
         # minute, and set-ups run one after another would each see another phase of it.
@@ -211,6 +212,8 @@ def main():
                 continue
             step_ms[(model, fn, jit)] = statistics.median(r["step_median_ms"] for r in runs)
             weight_bytes[model] = runs[0].get("weight_bytes", weight_bytes.get(model))
+            if "sharded_buffer_bytes" in runs[0]:
+                buffer_bytes[model] = runs[0]["sharded_buffer_bytes"]
             notes = []
             if "identical_weights" in runs[0]:
                 notes.append("identical weights on all ranks: "
@@ -256,22 +259,22 @@ def main():
                           if ms is not None else ["", ""])
             print("| " + " | ".join(cells) + " |", flush=True)
 
-    sharded_table(args, step_ms, weight_bytes)
+    sharded_table(args, step_ms, weight_bytes, buffer_bytes)
 
 
-def sharded_table(args, step_ms, weight_bytes):
+def sharded_table(args, step_ms, weight_bytes, buffer_bytes):
     """shard_optimizer_state=True against the unsharded step, and the bytes each rank hands
     MPI per step: an allreduce of the gradients unsharded; sharded, a reducescatter of them
-    and an allgather of the weights, whose blocks are 1/N each. In a ring, both move
-    2(N-1)/N of the gradients' bytes per rank (an allreduce is a reducescatter and an
-    allgather)."""
+    and an allgather of the weights, whose blocks are 1/N each (of the flat buffer: the
+    weights and the padding that aligns each variable). In a ring, both move 2(N-1)/N of
+    those bytes per rank (an allreduce is a reducescatter and an allgather)."""
     n = args.np
     print("\nshard_optimizer_state=True: step time (ms; median over runs) against tfring's "
           "unsharded step in the same rounds, and bytes per step per rank (weights of "
           "float32)")
     print("| model | unsharded step | sharded step | sharded / unsharded | gradient bytes | "
           "unsharded: allreduce in, out | sharded: reducescatter in, out; allgather in, out | "
-          "ring traffic per rank, both |")
+          "ring traffic per rank: unsharded; sharded |")
     print("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: |")
     for model in args.models.split(","):
         plain = step_ms.get((model, run_tfring, False))
@@ -279,10 +282,11 @@ def sharded_table(args, step_ms, weight_bytes):
         size = weight_bytes.get(model)
         if plain is None or sharded is None or size is None:
             continue
-        block = size // n
+        flat = buffer_bytes.get(model, size)
+        block = flat // n
         print(f"| {model} | {plain:.2f} | {sharded:.2f} | {sharded / plain:.3f} | {size:,} | "
-              f"{size:,}, {size:,} | {size:,}, {block:,}; {block:,}, {size:,} | "
-              f"{2 * (n - 1) * size // n:,} |", flush=True)
+              f"{size:,}, {size:,} | {flat:,}, {block:,}; {block:,}, {flat:,} | "
+              f"{2 * (n - 1) * size // n:,}; {2 * (n - 1) * flat // n:,} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from tfring import _gradients, _data_movement, collectives
+from tfring import _data_movement, _gradients, _library, collectives
 from tfring.compression import Compression
 
 
@@ -31,47 +31,77 @@ def block_bounds(total, size):
     return list(zip(starts, lengths))
 
 
+# Each variable starts a multiple of this many bytes into the buffer (zeros pad the gaps),
+# so that the gathered buffer's piece of each variable can be a view of it (TfringViews:
+# Eigen's aligned loads need aligned starts) and TensorFlow assigns such a view to the
+# variable without a copy: the gathered weights reach the model with no copy at all. With
+# tf.split instead, every weight is copied (2.7 ms of a 17 ms step for a 21 MB model).
+ALIGN_BYTES = 64
+
+
 class GroupLayout:
-    """Where each variable of one group sits in the group's buffer, and this rank's block."""
+    """Where each variable of one group sits in the group's buffer, and this rank's block.
+
+    Variable j takes sizes[j] elements from offsets[j]; padded[j] - sizes[j] zeros follow
+    it (see ALIGN_BYTES). Padding takes no part in the training: its gradient is zero, it
+    is never written into a variable, and a checkpoint leaves it out."""
 
     def __init__(self, variables, rank, size):
         self.variables = list(variables)
         self.dtype = tf.as_dtype(self.variables[0].dtype)
         self.shapes = [tuple(int(d) for d in v.shape) for v in self.variables]
         self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
-        self.offsets = np.cumsum([0] + self.sizes[:-1]).tolist()
-        self.total = int(sum(self.sizes))
+        align = max(1, ALIGN_BYTES // self.dtype.size)
+        self.padded = [-(-n // align) * align for n in self.sizes]
+        self.offsets = np.cumsum([0] + self.padded[:-1]).tolist()
+        self.total = int(sum(self.padded))
         self.start, self.length = block_bounds(self.total, size)[rank]
 
     def pieces(self):
-        """[(variable index, first element in it, count)] of the variables in this block."""
+        """[(variable index, first element in it, count, padding)] of the variables in this
+        block, in order: `count` of the variable's elements, then `padding` zeros."""
         out, end = [], self.start + self.length
-        for j, (offset, n) in enumerate(zip(self.offsets, self.sizes)):
-            first, last = max(offset, self.start), min(offset + n, end)
+        for j, (offset, n, padded) in enumerate(zip(self.offsets, self.sizes, self.padded)):
+            first, last = max(offset, self.start), min(offset + padded, end)
             if first < last:
-                out.append((j, first - offset, last - first))
+                count = max(0, min(last, offset + n) - first)
+                out.append((j, min(first - offset, n), count, last - first - count))
         return out
 
     def segment_ids(self):
-        """For each element of the block, the index of its variable in the group."""
-        return np.concatenate([np.full(n, j, np.int32) for j, _, n in self.pieces()] or
-                              [np.zeros(0, np.int32)])
+        """For each element of the block, the index of its variable in the group (padding
+        counts as its variable's: its gradient is zero)."""
+        return np.concatenate([np.full(n + pad, j, np.int32) for j, _, n, pad in self.pieces()]
+                              or [np.zeros(0, np.int32)])
+
+    def _with_padding(self, parts, pads):
+        """`parts` (flat tensors) end to end, each followed by its padding's zeros."""
+        out = []
+        for part, pad in zip(parts, pads):
+            out.append(part)
+            if pad:
+                out.append(tf.zeros([pad], part.dtype))
+        if not out:
+            return tf.zeros([0], self.dtype)
+        return out[0] if len(out) == 1 else tf.concat(out, axis=0)
 
     def flatten(self, tensors):
-        return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+        """The group's buffer, from one tensor per variable."""
+        return self._with_padding([tf.reshape(t, [-1]) for t in tensors],
+                                  [p - n for p, n in zip(self.padded, self.sizes)])
 
     def block_of(self, values):
         """This rank's block of `values` (one tensor per variable of the group)."""
-        parts = [tf.reshape(values[j], [-1])[first:first + n] for j, first, n in self.pieces()]
-        if not parts:
-            return tf.zeros([0], self.dtype)
-        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
+        pieces = self.pieces()
+        return self._with_padding(
+            [tf.reshape(values[j], [-1])[first:first + n] for j, first, n, _ in pieces],
+            [pad for _, _, _, pad in pieces])
 
     def unflatten(self, flat):
-        """The group's buffer split back into one tensor per variable, shaped as it."""
-        if len(self.sizes) == 1:
-            return [tf.reshape(flat, self.shapes[0])]
-        return [tf.reshape(t, s) for t, s in zip(tf.split(flat, self.sizes), self.shapes)]
+        """The group's buffer as one tensor per variable, shaped as it, each a view of the
+        buffer's memory (TfringViews, see ALIGN_BYTES)."""
+        return _library.ops().tfring_views(flat, offsets=self.offsets, shapes=self.shapes,
+                                           N=len(self.shapes))
 
 
 class ShardedUpdate:

@@ -1,5 +1,5 @@
 """Helpers of the shard_optimizer_state=True tests: a model whose variables (42 + 7 + 35 + 5
-+ 5 + 1 = 95 elements) do not divide into the ranks' blocks at 2 or 3 ranks, so blocks
++ 5 + 1 = 95 elements, 160 with the padding that aligns each) do not divide into the ranks' blocks at 2 or 3 ranks, so blocks
 split variables; each rank's data; unsharded against sharded. `k` is the Keras module:
 Keras 3 (the default) or tf_keras (tf.keras under TF_USE_LEGACY_KERAS=1)."""
 
@@ -11,7 +11,15 @@ import tfring
 import tfring.keras as tk
 
 STEPS, BATCH = 3, 4
-TOTAL = 95
+SIZES = [42, 7, 35, 5, 5, 1]
+# The flat buffer that the blocks divide starts each variable 64 bytes (16 float32) aligned;
+# the zeros in between belong to the blocks too (tfring/_sharded_state.py, ALIGN_BYTES).
+PADDED_TOTAL = sum(-(-n // 16) * 16 for n in SIZES)
+
+
+def block_size(rank, size):
+    """The elements of this rank's block: the padded buffer split as evenly as can be."""
+    return PADDED_TOTAL // size + (1 if rank < PADDED_TOTAL % size else 0)
 
 
 def _model(k=keras):

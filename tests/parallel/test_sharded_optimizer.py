@@ -12,8 +12,8 @@ import tensorflow as tf
 import tfring
 import tfring.keras as tk
 
-from _sharded_util import BATCH, STEPS, TOTAL, _assert_same_on_every_rank, _compare, \
-    _data, _fit, _flat, _model, check_accumulation_fp16_and_mixed_precision, \
+from _sharded_util import BATCH, PADDED_TOTAL, STEPS, _assert_same_on_every_rank, _compare, \
+    block_size, _data, _fit, _flat, _model, check_accumulation_fp16_and_mixed_precision, \
     check_loss_scale_skips_on_every_rank, clipping_optimizers, \
     optimizers
 
@@ -77,10 +77,9 @@ def test_weights_equal_after_every_step_and_state_is_a_block(rank, size):
     # Adam's two moments, of this rank's block only (the scalar counters aside).
     state = [v for v in model.optimizer.variables if int(np.prod(v.shape)) > 1]
     mine = sum(int(np.prod(v.shape)) for v in state)
-    block = TOTAL // size + (1 if rank < TOTAL % size else 0)
-    assert mine == 2 * block, [v.shape for v in state]
+    assert mine == 2 * block_size(rank, size), [v.shape for v in state]
     total = tfring.allreduce(tf.constant(mine), op=tfring.Sum).numpy()
-    assert total == 2 * TOTAL
+    assert total == 2 * PADDED_TOTAL
 
 
 def test_refusals_say_why():
