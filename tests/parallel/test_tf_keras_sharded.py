@@ -113,6 +113,15 @@ def _checkpoint_state(path):
             if "/optimizer/" in k}
 
 
+def _hdf5_state(path):
+    """{name: value} of the optimizer weights in a tf_keras HDF5 model file, in its order."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        group = f["optimizer_weights"]
+        return {name.decode("utf8") if isinstance(name, bytes) else name: np.array(group[name])
+                for name in group.attrs["weight_names"]}
+
+
 @pytest.mark.parametrize("loss_scale", [False, True], ids=["adam", "loss-scale-adam"])
 def test_checkpoints_hold_the_whole_state_and_resume(tmp_path, loss_scale):
     root = tfring.broadcast_object(str(tmp_path), 0, name="tf_keras.sharded.tmp")
@@ -132,10 +141,29 @@ def test_checkpoints_hold_the_whole_state_and_resume(tmp_path, loss_scale):
         for key in want:
             np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-7,
                                        err_msg=key)
-        # A plain tf_keras optimizer loads the .keras file's optimizer state.
-        plain = keras.models.load_model(f"{root}/sharded.keras")
-        for got_v, want_v in zip(plain.optimizer.variables, unsharded.optimizer.variables):
-            np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5, atol=1e-7)
+        # HDF5 files (Horovod's examples checkpoint to .h5) hold the same, named alike.
+        sharded.save(f"{root}/sharded.h5")
+        unsharded.save(f"{root}/unsharded.h5")
+        got, want = _hdf5_state(f"{root}/sharded.h5"), _hdf5_state(f"{root}/unsharded.h5")
+        # The two models' layers are named apart (dense, dense_3, ...): each name ends with
+        # the same slot of the same model variable.
+        renamed = {u.name.split(":")[0]: v.name.split(":")[0] for u, v in
+                   zip(unsharded.trainable_variables, sharded.trainable_variables)}
+        assert len(got) == len(want) > 6, (list(got), list(want))
+        for got_name, want_name in zip(got, want):
+            for old_name, new_name in renamed.items():
+                if want_name.endswith(f"/{old_name}:0"):
+                    want_name = want_name.replace(old_name, new_name)
+            assert got_name.endswith(want_name.split("/", 1)[-1]), (got_name, want_name)
+        for got_value, want_value in zip(got.values(), want.values()):
+            np.testing.assert_allclose(got_value, want_value, rtol=1e-5, atol=1e-7)
+        # A plain tf_keras optimizer loads either file's optimizer state (tf_keras itself
+        # does not load a LossScaleOptimizer's from HDF5: it warns and starts afresh).
+        for path in ("sharded.keras",) + (() if loss_scale else ("sharded.h5",)):
+            plain = keras.models.load_model(f"{root}/{path}")
+            for got_v, want_v in zip(plain.optimizer.variables, unsharded.optimizer.variables):
+                np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5,
+                                           atol=1e-7, err_msg=path)
     tfring.barrier()
     finals = []
     for shard, name in ((True, "unsharded"), (False, "sharded"), (True, "sharded")):
@@ -143,6 +171,13 @@ def test_checkpoints_hold_the_whole_state_and_resume(tmp_path, loss_scale):
         model.optimizer.build(model.trainable_variables)
         tf.train.Checkpoint(model=model).read(f"{root}/{name}").assert_existing_objects_matched()
         finals.append(_flat(_fit(model).get_weights()))
+    # Sharded, from the HDF5 file's weights and optimizer weights (set_weights takes the
+    # whole state, as the unsharded optimizer has it).
+    model = _compiled(make, True)
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(f"{root}/sharded.h5")
+    model.optimizer.set_weights(list(_hdf5_state(f"{root}/sharded.h5").values()))
+    finals.append(_flat(_fit(model).get_weights()))
     for final in finals[1:]:
         np.testing.assert_allclose(final, finals[0], rtol=1e-5, atol=1e-6)
     _assert_same_on_every_rank(finals[0])

@@ -113,13 +113,15 @@ class ShardedKerasState:
     def checkpoint_children(self, owner):
         """tf.train.Checkpoint's view of the optimizer: as it is unsharded
         (_sharded_tf_checkpoint.py). Refuses one not built yet, which has no blocks."""
+        self._require_built(owner, "tf.train.Checkpoint saves or restores it")
+        return self.checkpoint.trackable_children()
+
+    def _require_built(self, owner, what):
         if self.update is None:
             raise ValueError(
                 f"{owner}: with shard_optimizer_state=True, build the optimizer before "
-                "tf.train.Checkpoint saves or restores it (one training step, or "
-                "optimizer.build(model.trainable_variables)): the blocks are laid out when "
-                "it is built.")
-        return self.checkpoint.trackable_children()
+                f"{what} (one training step, or optimizer.build(model.trainable_variables)): "
+                "the blocks are laid out when it is built.")
 
     def _make_blocks(self, variables):
         inner = self._inner
@@ -155,6 +157,7 @@ class ShardedKerasState:
 
     def load(self, values):
         """Takes the wrapped optimizer's variables as it has them unsharded."""
+        self._require_built(self._kind, "setting its weights")
         self.checkpoint.load(values)
 
     def saved_count(self):

@@ -152,6 +152,19 @@ class ShardedCheckpoint:
             out.append(snapshot[(g, name)][first:first + n].reshape(shape))
         return out
 
+    def names_to_save(self):
+        """The names of values_to_save() (tf_keras's HDF5 files list them): the unsharded
+        optimizer's, "<optimizer>/<slot>/<model variable>:0" for a slot."""
+        out = []
+        for variable, entry in zip(self._template.variables, self._layout):
+            if entry is None:
+                out.append(variable.name)
+                continue
+            j = entry[0]
+            out.append(variable.name.replace(self._stand_ins[j].name.split(":")[0],
+                                             self._update.variables[j].name.split(":")[0]))
+        return out
+
     def value_to_save(self, k):
         """values_to_save()[k], computed once per save (tf.train.Checkpoint asks for each
         variable on its own)."""

@@ -6,9 +6,9 @@ model's variables. The blocks, clipping over ranks and checkpoints are Keras 3's
 (_sharded.py, _sharded_checkpoint.py): tf_keras.optimizers.Optimizer has the same hooks.
 
 The object gets `gather_state()` (as the Keras 3 wrapper), and checkpoints see it as the
-same optimizer unsharded: Keras's .keras files through save_own_variables, and
-tf.train.Checkpoint (so tf_keras's TensorFlow-format save_weights and model.save) through
-its checkpoint children.
+same optimizer unsharded: Keras's .keras files through save_own_variables, tf.train.Checkpoint
+(so tf_keras's TensorFlow-format save_weights and model.save) through its checkpoint
+children, and HDF5 files through a hook on tf_keras's writer and through set_weights.
 """
 
 import tensorflow as tf
@@ -50,6 +50,33 @@ def _agree_on_finite(optimizer, state):
         return own_update([tf.where(everywhere, 0.0, float("nan"))])
 
     loss_scale.update = update
+
+
+def _hdf5_writes_whole_state():
+    """tf_keras's HDF5 model.save (and ModelCheckpoint to a .h5 file) writes the
+    optimizer's `variables`: with sharded state, this rank's blocks. Its writer is hooked
+    (once, for every optimizer) to write a sharded optimizer's whole state instead, gathered
+    as .keras files have it, under the unsharded names; loading calls `set_weights`, which
+    a sharded optimizer takes whole (distribute() below)."""
+    from tf_keras.src.saving.legacy import hdf5_format
+    own = hdf5_format.save_optimizer_weights_to_hdf5_group
+    if getattr(own, "tfring_sharded", False):
+        return
+
+    def save_optimizer_weights(hdf5_group, optimizer):
+        state = getattr(optimizer, "_sharded", None)
+        if not isinstance(state, _sharded.ShardedKerasState) or state.update is None:
+            return own(hdf5_group, optimizer)
+        values = state.values_to_save()  # refuses a state not gathered, saying why
+        names = [n.encode("utf8") for n in state.checkpoint.names_to_save()]
+        group = hdf5_group.create_group("optimizer_weights")
+        hdf5_format.save_attributes_to_hdf5_group(group, "weight_names", names)
+        for name, value in zip(names, values):
+            dataset = group.create_dataset(name, value.shape, dtype=value.dtype)
+            dataset[()] = value
+
+    save_optimizer_weights.tfring_sharded = True
+    hdf5_format.save_optimizer_weights_to_hdf5_group = save_optimizer_weights
 
 
 def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
@@ -115,6 +142,9 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     if inner is not optimizer:  # Keras saves it as its wrapped optimizer's variables
         optimizer.save_own_variables = lambda store: inner.save_own_variables(store)
         optimizer.load_own_variables = lambda store: inner.load_own_variables(store)
+    # Whole values, as an HDF5 file (and the unsharded optimizer's get_weights) has them.
+    optimizer.set_weights = inner.set_weights = lambda weights: state.load(list(weights))
+    _hdf5_writes_whole_state()
     if int(backward_passes_per_step) > 1:
         _tf_keras.hook_accumulation(optimizer, int(backward_passes_per_step),
                                     average_aggregated_gradients, lambda pairs: pairs, [],
