@@ -137,3 +137,31 @@ def test_sparse_gradients_need_sparse_as_dense():
     with pytest.raises(ValueError, match="sparse_as_dense=True"):
         fit(False)
     _assert_same_on_every_rank(_flat(fit(True).get_weights()))
+
+
+def test_variables_of_several_dtypes_train_as_unsharded():
+    """float32, float64 and float16 layers: three buffers, each padded for its element size
+    (16, 8 and 32 elements to 64 bytes), blocks of each split over the ranks."""
+    def fit(sharded):
+        keras.utils.set_random_seed(4)
+        x = keras.Input((6,))
+        h = keras.layers.Dense(9, activation="tanh", dtype="float64")(x)
+        h = keras.layers.Dense(11, activation="tanh", dtype="float16")(h)
+        out = keras.layers.Dense(1, dtype="float32")(h)
+        model = keras.Model(x, out)
+        initial = _flat([w.astype(np.float64) for w in model.get_weights()])
+        model.compile(optimizer=tk.DistributedOptimizer(
+            keras.optimizers.SGD(0.05, momentum=0.9), shard_optimizer_state=sharded),
+            loss="mse")
+        xs, ys = _data(tfring.rank())
+        model.fit(xs, ys, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        dtypes = sorted({v.dtype for v in model.trainable_variables})
+        return initial, _flat([w.astype(np.float64) for w in model.get_weights()]), dtypes
+
+    initial, plain, dtypes = fit(False)
+    _, sharded, _ = fit(True)
+    assert dtypes == ["float16", "float32", "float64"], dtypes
+    assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
+    # float16 arithmetic: the sum's order differs between a reducescatter and an allreduce.
+    np.testing.assert_allclose(sharded, plain, rtol=2e-3, atol=2e-3)
+    _assert_same_on_every_rank(sharded)
