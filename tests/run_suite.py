@@ -188,11 +188,13 @@ def main():
                        ["-x", "tests/parallel"], 900, "[1,0]<stdout>", PARALLEL_ENV))
     stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_tf_keras.py",
-                    "tests/parallel/test_tf_keras_sharded.py"], 600, "[1,0]<stdout>",
+                    "tests/parallel/test_tf_keras_sharded.py",
+                    "tests/parallel/test_tf_keras_legacy_sharded.py"], 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     # Sharded state's blocks split variables differently at 3 ranks.
     stages.append(("parallel tf_keras sharded np=3", MPIRUN + ["-np", "3", "--tag-output"] +
-                   PYTEST + ["-x", "tests/parallel/test_tf_keras_sharded.py"], 300,
+                   PYTEST + ["-x", "tests/parallel/test_tf_keras_sharded.py",
+                             "tests/parallel/test_tf_keras_legacy_sharded.py"], 300,
                    "[1,0]<stdout>", dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     # Adasum's tree has a second level only from 4 ranks on.
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +

@@ -90,15 +90,16 @@ def clipping_optimizers(k=keras):
 
 
 def check_loss_scale_skips_on_every_rank(rank, k, loss_scale_optimizer, apply, scale_of,
-                                         applied_step):
+                                         applied_step, sgd=None):
     """An inf in rank 0's gradient of the last weight lands in the last rank's block alone;
     every rank must skip the step and halve the scale, as unsharded every rank would.
     apply(optimizer, grads, variables); scale_of(optimizer) -> the scale now; applied_step:
-    what a step of ones moves each weight by at the halved scale."""
+    what a step of ones moves each weight by at the halved scale; sgd: the SGD(0.1) to
+    wrap (default k.optimizers.SGD)."""
     model = _model(k)
     variables = model.trainable_variables
-    optimizer = tk.DistributedOptimizer(loss_scale_optimizer(k.optimizers.SGD(0.1)),
-                                        shard_optimizer_state=True)
+    inner = sgd if sgd is not None else k.optimizers.SGD(0.1)
+    optimizer = tk.DistributedOptimizer(loss_scale_optimizer(inner), shard_optimizer_state=True)
     grads = [tf.ones_like(v) for v in variables]
     if rank == 0:
         grads[-1] = tf.fill(tf.shape(grads[-1]), np.inf)

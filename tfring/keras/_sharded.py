@@ -97,9 +97,12 @@ class ShardedKerasState:
                     "element by element (SGD, Adam, AdamW, RMSprop, ...).")
         inner = self._inner
         # Keras saves the wrapped optimizer on its own too (model.save walks its
-        # attributes): whole, as the wrapper saves it.
-        inner.save_own_variables = lambda store: _store(store, self.checkpoint.values_to_save())
-        inner.load_own_variables = lambda store: self.checkpoint.load(_stored(store))
+        # attributes): whole, as the wrapper saves it. (tf_keras's legacy optimizers have
+        # no state in Keras files.)
+        if hasattr(type(inner), "save_own_variables"):
+            inner.save_own_variables = lambda store: _store(store,
+                                                            self.checkpoint.values_to_save())
+            inner.load_own_variables = lambda store: self.checkpoint.load(_stored(store))
 
     @property
     def checkpoint(self):
@@ -180,12 +183,12 @@ class ShardedKerasState:
         """The wrapped optimizer clips the blocks' gradients with norms of whole variables
         (clipnorm) or of the whole model (global_clipnorm), summed over the ranks."""
         inner, update = self._inner, self.update
-        own_clip = inner._clip_gradients
         # numpy: build() may run inside one traced function and the clipping in another.
         segment_arrays = [layout.segment_ids() for layout in update.layouts]
         counts = [len(layout.variables) for layout in update.layouts]
 
-        def clip_gradients(grads):
+        def clip_norms(grads):
+            """The blocks' gradients clipped by norm, or None where no norm clips."""
             if inner.clipnorm and inner.clipnorm > 0:
                 segments = [tf.constant(ids) for ids in segment_arrays]
                 squares = [tf.math.unsorted_segment_sum(tf.square(g), ids, n)
@@ -206,9 +209,30 @@ class ShardedKerasState:
                 clip = inner.global_clipnorm
                 scale = clip * tf.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
                 return [g * tf.cast(scale, g.dtype) for g in grads]
-            return own_clip(grads)  # clipvalue (element by element), or none
+            return None
 
-        inner._clip_gradients = clip_gradients
+        if hasattr(inner, "_clip_gradients"):  # Keras 3, tf_keras
+            own_clip = inner._clip_gradients
+
+            def clip_gradients(grads):
+                clipped = clip_norms(grads)
+                # Otherwise clipvalue (element by element), or none.
+                return own_clip(grads) if clipped is None else clipped
+
+            inner._clip_gradients = clip_gradients
+            return
+
+        def clip_pairs(grads_and_vars):
+            # tf_keras's legacy optimizers clip (gradient, variable) pairs, each kind of
+            # clipping in a function of its own (clipvalue's is element by element).
+            pairs = list(grads_and_vars)
+            clipped = clip_norms([g for g, _ in pairs])
+            return pairs if clipped is None else list(zip(clipped, [v for _, v in pairs]))
+
+        if inner.clipnorm is not None:
+            inner._clipnorm_fn = clip_pairs
+        if inner.global_clipnorm is not None:
+            inner._global_clipnorm_fn = clip_pairs
 
     def step(self, grads, variables, apply_fn):
         """Reduces `grads` (one per model variable) into blocks, applies them with
@@ -241,7 +265,8 @@ class ShardedKerasState:
         """The wrapped optimizer's variables that every rank holds alike (counters, the
         learning rate): what a broadcast of the optimizer may send as they are."""
         slots = {id(slot) for slot, _, _ in self._slots}
-        return [v for v in self._inner.variables if id(v) not in slots]
+        return [v for v in _sharded_checkpoint.optimizer_variables(self._inner)
+                if id(v) not in slots]
 
     def all_finite(self, finite):
         """One answer for all ranks: whether every rank's block of the gradients is finite."""

@@ -26,27 +26,51 @@ from tfring import _data_movement, functions, runtime
 from tfring.keras import _sharded_tf_checkpoint
 
 
+def optimizer_variables(optimizer):
+    """An optimizer's variables in the order it made them (a property of Keras 3's and
+    tf_keras's optimizers, a method of tf_keras's legacy ones)."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def build_optimizer(optimizer, variables):
+    """Makes the optimizer's variables for `variables`: build() (Keras 3, tf_keras), or
+    _create_all_weights() (tf_keras.optimizers.legacy)."""
+    if hasattr(optimizer, "_create_all_weights") and not hasattr(optimizer, "build"):
+        optimizer._create_all_weights(variables)
+    else:
+        optimizer.build(variables)
+
+
 @contextlib.contextmanager
 def recording_slots(optimizer, record):
     """While active, record.append((variable, reference, name)) for every slot that
     `optimizer` makes from a reference variable."""
-    make = optimizer.add_variable_from_reference
+    # Keras 3: add_variable_from_reference(reference_variable, name=None, ...); tf_keras:
+    # (model_variable, variable_name, shape=None, initial_value=None), often by keyword;
+    # tf_keras's legacy optimizers: add_slot(var, slot_name, initializer, shape), which
+    # hands back the slot it made before when asked again.
+    method = ("add_variable_from_reference" if hasattr(optimizer, "add_variable_from_reference")
+              else "add_slot")
+    make = getattr(optimizer, method)
+    seen = set()
 
     def recorded(*args, **kwargs):
-        # Keras 3: (reference_variable, name=None, initializer="zeros"); tf_keras:
-        # (model_variable, variable_name, shape=None, initial_value=None), often by keyword.
         variable = make(*args, **kwargs)
-        reference = args[0] if args else kwargs.get("reference_variable",
-                                                    kwargs.get("model_variable"))
-        name = args[1] if len(args) > 1 else kwargs.get("name", kwargs.get("variable_name"))
-        record.append((variable, reference, name))
+        reference = args[0] if args else kwargs.get(
+            "reference_variable", kwargs.get("model_variable", kwargs.get("var")))
+        name = args[1] if len(args) > 1 else kwargs.get(
+            "name", kwargs.get("variable_name", kwargs.get("slot_name")))
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            record.append((variable, reference, name))
         return variable
 
-    optimizer.add_variable_from_reference = recorded
+    object.__setattr__(optimizer, method, recorded)
     try:
         yield
     finally:
-        del optimizer.add_variable_from_reference  # the class's method again
+        object.__delattr__(optimizer, method)  # the class's method again
 
 
 class ShardedCheckpoint:
@@ -60,13 +84,14 @@ class ShardedCheckpoint:
         # (variable, group, slot name) of the wrapped optimizer's slots, in its order.
         self._slots = [(v, group_of_block[id(ref)], name) for v, ref, name in block_slots]
         slot_ids = {id(v) for v, _, _ in self._slots}
-        self._own = [v for v in inner.variables if id(v) not in slot_ids]
+        self._own = [v for v in optimizer_variables(inner) if id(v) not in slot_ids]
         self._layout = self._unsharded_layout()
         self._snapshot = None  # rank 0: {(group, name): whole buffer}, the step it is of
         self._saving = None  # (snapshot, values_to_save()) of the save under way
         self._loaded = None  # a loaded whole state, until scattered
         self._restoring = None  # tf.train.Checkpoint's restore: (whole buffers, indices)
         self._children = None  # tf.train.Checkpoint's view (made on first use)
+        self._gathered = {}  # k -> its GatheredSlot
         self._mirror = None
 
     def replicated_variables(self):
@@ -84,9 +109,9 @@ class ShardedCheckpoint:
         index_of = {id(s): j for j, s in enumerate(stand_ins)}
         record = []
         with recording_slots(template, record):
-            template.build(stand_ins)
+            build_optimizer(template, stand_ins)
         slot_of = {id(v): (index_of[id(ref)], name) for v, ref, name in record}
-        layout = [slot_of.get(id(v)) for v in template.variables]
+        layout = [slot_of.get(id(v)) for v in optimizer_variables(template)]
         self._template, self._stand_ins = template, stand_ins
         if sum(entry is None for entry in layout) != len(self._own):
             raise ValueError(f"{self._kind}: {type(self._inner).__name__} makes other "
@@ -99,7 +124,7 @@ class ShardedCheckpoint:
 
     def dtype_of(self, k):
         """The dtype of the k-th variable of the unsharded optimizer."""
-        return tf.as_dtype(self._template.variables[k].dtype)
+        return tf.as_dtype(optimizer_variables(self._template)[k].dtype)
 
     def _where(self, j):
         """(group, first element in the group's buffer, size, shape) of model variable j."""
@@ -156,7 +181,7 @@ class ShardedCheckpoint:
         """The names of values_to_save() (tf_keras's HDF5 files list them): the unsharded
         optimizer's, "<optimizer>/<slot>/<model variable>:0" for a slot."""
         out = []
-        for variable, entry in zip(self._template.variables, self._layout):
+        for variable, entry in zip(optimizer_variables(self._template), self._layout):
             if entry is None:
                 out.append(variable.name)
                 continue
@@ -189,6 +214,26 @@ class ShardedCheckpoint:
             self._restoring = None
             self._loaded = whole
             self._assign_blocks(whole)
+
+    def template_variables(self):
+        """The unsharded optimizer's variables (the template's, on stand-ins)."""
+        return optimizer_variables(self._template)
+
+    def gathered_slot(self, k):
+        """The checkpoint's object for the k-th unsharded variable, a slot (one per k: a
+        checkpoint matches objects by identity)."""
+        if k not in self._gathered:
+            self._gathered[k] = _sharded_tf_checkpoint.GatheredSlot(self, k)
+        return self._gathered[k]
+
+    def slot_of(self, variable, name):
+        """The checkpoint's object for slot `name` of model variable `variable`, or None
+        when `variable` is not one of the model's (tf_keras's legacy optimizers keep slots
+        by variable: a TensorFlow checkpoint asks for each model variable's)."""
+        for j, v in enumerate(self._update.variables):
+            if v is variable and (j, name) in self._layout:
+                return self.gathered_slot(self._layout.index((j, name)))
+        return None
 
     def trackable_children(self):
         """The wrapped optimizer's children as tf.train.Checkpoint sees it unsharded

@@ -72,8 +72,8 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
     template lacks are kept as they are."""
     replace = {}
     own = iter(own_variables)
-    for k, (variable, entry) in enumerate(zip(template.variables, layout)):
-        replace[id(variable)] = next(own) if entry is None else GatheredSlot(checkpoint, k)
+    for k, (variable, entry) in enumerate(zip(checkpoint.template_variables(), layout)):
+        replace[id(variable)] = next(own) if entry is None else checkpoint.gathered_slot(k)
     for stand_in, variable in zip(stand_ins, model_variables):
         replace[id(stand_in)] = variable
 

@@ -18,13 +18,18 @@ from tfring.keras import _sharded, _tf_keras, _xla
 _KIND = "keras.DistributedOptimizer.sharded"
 
 
+def _is_legacy(inner):
+    """A tf_keras.optimizers.legacy optimizer (slots made by add_slot, kept per variable)."""
+    return hasattr(inner, "_create_all_weights") and hasattr(inner, "add_slot")
+
+
 def _refuse(optimizer, inner, process_set, groups, op):
     _sharded.check_options(op, process_set, groups)
-    if not hasattr(inner, "aggregate_gradients") or not hasattr(inner, "_clip_gradients"):
+    modern = hasattr(inner, "aggregate_gradients") and hasattr(inner, "_clip_gradients")
+    if not modern and not _is_legacy(inner):
         raise ValueError(
-            f"shard_optimizer_state=True needs an optimizer of tf_keras.optimizers (Adam, "
-            f"SGD, ...); {type(inner).__name__} is not one (tf_keras.optimizers.legacy "
-            "optimizers keep their slots per variable in another way).")
+            f"shard_optimizer_state=True needs an optimizer of tf_keras.optimizers or "
+            f"tf_keras.optimizers.legacy (Adam, SGD, ...); {type(inner).__name__} is neither.")
     if inner is optimizer and tf.keras.mixed_precision.global_policy().name == "mixed_float16":
         # tf_keras would wrap it in a LossScaleOptimizer of its own at compile(), which
         # tests each rank's gradients before they are reduced.
@@ -79,6 +84,37 @@ def _hdf5_writes_whole_state():
     hdf5_format.save_optimizer_weights_to_hdf5_group = save_optimizer_weights
 
 
+def _legacy_slots_in_checkpoints(inner, state):
+    """A TensorFlow checkpoint saves a legacy optimizer's slots as slots of the model's
+    variables (get_slot(model variable, name)), and restores them through
+    _create_or_restore_slot_variable: both are answered with the whole slot's checkpoint
+    object (_sharded_tf_checkpoint.GatheredSlot), as the optimizer has it unsharded. Its
+    own slots, of the blocks, stay its own."""
+    own_get_slot = inner.get_slot
+    own_create_or_restore = inner._create_or_restore_slot_variable
+
+    def gathered(variable, slot_name):
+        # Model variables only: the optimizer asks for its blocks' slots while a step is
+        # traced, where the checkpoint's objects must not be made.
+        if state.update is None or not any(v is variable for v in state.update.variables):
+            return None
+        return state.checkpoint.slot_of(variable, slot_name)
+
+    def get_slot(var, slot_name):
+        slot = gathered(var, slot_name)
+        return own_get_slot(var, slot_name) if slot is None else slot
+
+    def create_or_restore(slot_variable_position, slot_name, variable, *args, **kwargs):
+        slot = gathered(variable, slot_name)
+        if slot is None:
+            return own_create_or_restore(slot_variable_position, slot_name, variable,
+                                         *args, **kwargs)
+        return slot
+
+    object.__setattr__(inner, "get_slot", get_slot)
+    object.__setattr__(inner, "_create_or_restore_slot_variable", create_or_restore)
+
+
 def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
                gradient_predivide_factor, average_aggregated_gradients, groups, process_set,
                scale_local_gradients):
@@ -91,7 +127,9 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     _refuse(optimizer, inner, process_set, groups, op)
     state = _sharded.ShardedKerasState(inner, _KIND, compression, op,
                                        gradient_predivide_factor, _sharded.tf_variable)
-    original_apply, own_build = optimizer.apply_gradients, inner.build
+    legacy = _is_legacy(inner)
+    original_apply = optimizer.apply_gradients
+    own_build = inner._create_all_weights if legacy else inner.build
     if inner is not optimizer:
         _agree_on_finite(optimizer, state)
 
@@ -110,8 +148,12 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
 
         def apply(block_grads, blocks):
             # Reduced already: the original apply must not aggregate again.
-            original_apply(list(zip(block_grads, blocks)), name=name,
-                           skip_gradients_aggregation=True)
+            if legacy:
+                original_apply(list(zip(block_grads, blocks)), name=name,
+                               experimental_aggregate_gradients=False)
+            else:
+                original_apply(list(zip(block_grads, blocks)), name=name,
+                               skip_gradients_aggregation=True)
 
         state.step(_sharded.dense(grads, variables, sparse_as_dense), variables, apply)
         return optimizer.iterations
@@ -126,7 +168,8 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
 
     def trackable_children(save_type="checkpoint", **kwargs):
         # tf_keras's LossScaleOptimizer has no name of its own: its wrapped optimizer's.
-        return state.checkpoint_children(getattr(optimizer, "name", None) or inner.name)
+        return state.checkpoint_children(getattr(optimizer, "name", None) or
+                                         getattr(inner, "name", None) or inner._name)
 
     optimizer.apply_gradients = apply_gradients
     optimizer.register_local_var = register_local_var
@@ -138,7 +181,11 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     # the original apply_gradients calls it again with the blocks, which is then a no-op.
     sharded_build = lambda var_list: (own_build(var_list) if state.update is not None  # noqa
                                       else build(var_list))
-    optimizer.build = inner.build = sharded_build
+    if legacy:  # _create_all_weights is its build; its slots are kept per variable
+        optimizer._create_all_weights = inner._create_all_weights = sharded_build
+        _legacy_slots_in_checkpoints(inner, state)
+    else:
+        optimizer.build = inner.build = sharded_build
     if inner is not optimizer:  # Keras saves it as its wrapped optimizer's variables
         optimizer.save_own_variables = lambda store: inner.save_own_variables(store)
         optimizer.load_own_variables = lambda store: inner.load_own_variables(store)
