@@ -4,6 +4,9 @@ reduce-scatters the gradients, lets the optimizer's own apply_gradients update t
 blocks (it is built on them, so its slots are blocks), and allgathers the blocks into the
 model's variables. The blocks, clipping over ranks and checkpoints are Keras 3's
 (_sharded.py, _sharded_checkpoint.py): tf_keras.optimizers.Optimizer has the same hooks.
+tf_keras.optimizers.legacy optimizers are built by _create_all_weights and keep slots per
+variable: a TensorFlow checkpoint asks them for each model variable's slots, which
+_legacy_slots_in_checkpoints answers whole.
 
 The object gets `gather_state()` (as the Keras 3 wrapper), and checkpoints see it as the
 same optimizer unsharded: Keras's .keras files through save_own_variables, tf.train.Checkpoint
