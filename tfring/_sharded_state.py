@@ -35,7 +35,7 @@ def block_bounds(total, size):
 # so that the gathered buffer's piece of each variable can be a view of it (TfringViews:
 # Eigen's aligned loads need aligned starts) and TensorFlow assigns such a view to the
 # variable without a copy: the gathered weights reach the model with no copy at all. With
-# tf.split instead, every weight is copied (2.7 ms of a 17 ms step for a 21 MB model).
+# tf.split instead, every weight is copied (docs/benchmarks-sharded.md has what it cost).
 ALIGN_BYTES = 64
 
 
@@ -127,12 +127,17 @@ class ShardedUpdate:
         self.members = [members[k] for k in keys]
         self.layouts = [GroupLayout([self.variables[i] for i in m], rank, size)
                         for m in self.members]
+        self._ids = {id(v) for v in self.variables}
         labels = [_gradients.variable_label(v, i) for i, v in enumerate(self.variables)]
         digest = zlib.crc32("|".join(labels).encode())
         self._name = f"{kind}.{digest:08x}"
         self._compression = compression
         self._op, self._prescale, self._postscale = _gradients._scale_factors(
             op, gradient_predivide_factor, size)
+
+    def holds(self, variable):
+        """Whether `variable` is one of the variables laid out here (identity, not name)."""
+        return id(variable) in self._ids
 
     def blocks_of(self, values):
         """This rank's block of each group, from one value per variable (weights, say)."""

@@ -79,6 +79,4 @@ def optimizer_variables(optimizer):
         # The Keras 3 wrapper's own variables too; a tf_keras optimizer is hooked in place.
         own = [] if _tf_keras.is_tf_keras_optimizer(optimizer) else list(optimizer._variables)
         return own + sharded.replicated_variables()
-    # Keras 3: a list property; tf_keras: a CallableList property; legacy tf_keras: a method.
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
+    return _tf_keras.all_variables(optimizer)

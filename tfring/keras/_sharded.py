@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from tfring import _sharded_state, collectives, runtime
-from tfring.keras import _sharded_checkpoint
+from tfring.keras import _sharded_checkpoint, _tf_keras
 from tfring.process_sets import global_process_set
 
 
@@ -265,8 +265,7 @@ class ShardedKerasState:
         """The wrapped optimizer's variables that every rank holds alike (counters, the
         learning rate): what a broadcast of the optimizer may send as they are."""
         slots = {id(slot) for slot, _, _ in self._slots}
-        return [v for v in _sharded_checkpoint.optimizer_variables(self._inner)
-                if id(v) not in slots]
+        return [v for v in _tf_keras.all_variables(self._inner) if id(v) not in slots]
 
     def all_finite(self, finite):
         """One answer for all ranks: whether every rank's block of the gradients is finite."""

@@ -23,14 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _data_movement, functions, runtime
-from tfring.keras import _sharded_tf_checkpoint
-
-
-def optimizer_variables(optimizer):
-    """An optimizer's variables in the order it made them (a property of Keras 3's and
-    tf_keras's optimizers, a method of tf_keras's legacy ones)."""
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
+from tfring.keras import _sharded_tf_checkpoint, _tf_keras
 
 
 def build_optimizer(optimizer, variables):
@@ -84,8 +77,11 @@ class ShardedCheckpoint:
         # (variable, group, slot name) of the wrapped optimizer's slots, in its order.
         self._slots = [(v, group_of_block[id(ref)], name) for v, ref, name in block_slots]
         slot_ids = {id(v) for v, _, _ in self._slots}
-        self._own = [v for v in optimizer_variables(inner) if id(v) not in slot_ids]
+        self._own = [v for v in _tf_keras.all_variables(inner) if id(v) not in slot_ids]
         self._layout = self._unsharded_layout()
+        # (id of a model variable, slot name) -> its index among the unsharded variables.
+        self._slot_index = {(id(self._update.variables[entry[0]]), entry[1]): k
+                            for k, entry in enumerate(self._layout) if entry is not None}
         self._snapshot = None  # rank 0: {(group, name): whole buffer}, the step it is of
         self._saving = None  # (snapshot, values_to_save()) of the save under way
         self._loaded = None  # a loaded whole state, until scattered
@@ -111,7 +107,7 @@ class ShardedCheckpoint:
         with recording_slots(template, record):
             build_optimizer(template, stand_ins)
         slot_of = {id(v): (index_of[id(ref)], name) for v, ref, name in record}
-        layout = [slot_of.get(id(v)) for v in optimizer_variables(template)]
+        layout = [slot_of.get(id(v)) for v in _tf_keras.all_variables(template)]
         self._template, self._stand_ins = template, stand_ins
         if sum(entry is None for entry in layout) != len(self._own):
             raise ValueError(f"{self._kind}: {type(self._inner).__name__} makes other "
@@ -124,7 +120,7 @@ class ShardedCheckpoint:
 
     def dtype_of(self, k):
         """The dtype of the k-th variable of the unsharded optimizer."""
-        return tf.as_dtype(optimizer_variables(self._template)[k].dtype)
+        return tf.as_dtype(_tf_keras.all_variables(self._template)[k].dtype)
 
     def _where(self, j):
         """(group, first element in the group's buffer, size, shape) of model variable j."""
@@ -181,7 +177,7 @@ class ShardedCheckpoint:
         """The names of values_to_save() (tf_keras's HDF5 files list them): the unsharded
         optimizer's, "<optimizer>/<slot>/<model variable>:0" for a slot."""
         out = []
-        for variable, entry in zip(optimizer_variables(self._template), self._layout):
+        for variable, entry in zip(_tf_keras.all_variables(self._template), self._layout):
             if entry is None:
                 out.append(variable.name)
                 continue
@@ -217,7 +213,7 @@ class ShardedCheckpoint:
 
     def template_variables(self):
         """The unsharded optimizer's variables (the template's, on stand-ins)."""
-        return optimizer_variables(self._template)
+        return _tf_keras.all_variables(self._template)
 
     def gathered_slot(self, k):
         """The checkpoint's object for the k-th unsharded variable, a slot (one per k: a
@@ -230,10 +226,8 @@ class ShardedCheckpoint:
         """The checkpoint's object for slot `name` of model variable `variable`, or None
         when `variable` is not one of the model's (tf_keras's legacy optimizers keep slots
         by variable: a TensorFlow checkpoint asks for each model variable's)."""
-        for j, v in enumerate(self._update.variables):
-            if v is variable and (j, name) in self._layout:
-                return self.gathered_slot(self._layout.index((j, name)))
-        return None
+        k = self._slot_index.get((id(variable), name))
+        return None if k is None else self.gathered_slot(k)
 
     def trackable_children(self):
         """The wrapped optimizer's children as tf.train.Checkpoint sees it unsharded

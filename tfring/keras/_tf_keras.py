@@ -39,6 +39,13 @@ def is_tf_keras_optimizer(optimizer):
                                   tf_keras.optimizers.legacy.Optimizer))
 
 
+def all_variables(optimizer):
+    """An optimizer's variables in the order it made them. Keras 3: a list property;
+    tf_keras: a CallableList property; tf_keras's legacy optimizers: a method."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
 def is_distributed(optimizer):
     return bool(getattr(optimizer, _MARK, False))
 

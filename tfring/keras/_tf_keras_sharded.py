@@ -99,7 +99,7 @@ def _legacy_slots_in_checkpoints(inner, state):
     def gathered(variable, slot_name):
         # Model variables only: the optimizer asks for its blocks' slots while a step is
         # traced, where the checkpoint's objects must not be made.
-        if state.update is None or not any(v is variable for v in state.update.variables):
+        if state.update is None or not state.update.holds(variable):
             return None
         return state.checkpoint.slot_of(variable, slot_name)
 
