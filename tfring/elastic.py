@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tfring import _init, process_sets, runtime
+from tfring import _elastic_exit, _init, process_sets, runtime
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
 
@@ -366,6 +366,7 @@ def run(func):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         limits = _Limits()
+        _elastic_exit.finalize_within_deadline_at_exit()
         resets = 0
         reset = None
         skip_sync = False

@@ -3,6 +3,7 @@
 import atexit
 import ctypes
 import enum
+import sys
 
 from tfring import _library
 
@@ -30,13 +31,19 @@ _INIT_ERRORS = {
     StatusCode.INTERNAL: RuntimeError,
 }
 _atexit_registered = False
+# Whether mpi4py had initialized MPI before tfring first started: then mpi4py, not tfring,
+# calls MPI_Finalize at exit (tfring/_elastic_exit.py needs to know which).
+_mpi4py_owns_mpi = None
 
 
 def start(comm=None):
     """Starts the runtime in this process (tfring.init's first half, tfring/_init.py): MPI
     unless already initialized, and the background thread, on the ranks `comm` names."""
-    global _atexit_registered
+    global _atexit_registered, _mpi4py_owns_mpi
     lib = _library.capi()
+    if _mpi4py_owns_mpi is None:
+        mpi = sys.modules.get("mpi4py.MPI")
+        _mpi4py_owns_mpi = mpi is not None and mpi.Is_initialized()
     kind, ranks, handle = _world_choice(comm)
     error = ctypes.create_string_buffer(2048)
     code = lib.tfring_init(kind, (ctypes.c_int32 * max(1, len(ranks)))(*ranks), len(ranks),
@@ -47,6 +54,12 @@ def start(comm=None):
         # Finalize MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
         atexit.register(lib.tfring_atexit)
         _atexit_registered = True
+
+
+def mpi4py_owns_mpi():
+    """Whether mpi4py initialized MPI (imported before tfring first started), and so
+    finalizes it at exit; else tfring does (unless a peer was lost)."""
+    return bool(_mpi4py_owns_mpi)
 
 
 def _world_choice(comm):

@@ -182,3 +182,20 @@ def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
     assert len(stopped) == 2, out
     assert all(3 <= t - float(killed.group(1)) < 13 for t in stopped), out
     assert "finished at" not in out, out
+
+
+def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
+    # After a lost worker, Open MPI's MPI_Finalize can wait for ever on it, now and then: an
+    # elastic worker's finalize runs under a deadline, here 0 s, so that both survivors of
+    # the job above end at once, each saying why, with Python's status for the uncaught
+    # error (1).
+    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
+                                                         "1"], "elastic_custom_loop", 3,
+                             env={"TFRING_ELASTIC_FINALIZE_TIMEOUT": "0"})
+    assert rc != 0, out
+    assert out.count("2 worker(s) are left and --min-np needs 3") >= 2, out
+    message = ("tfring.elastic: MPI_Finalize did not return within 0 s "
+               "(TFRING_ELASTIC_FINALIZE_TIMEOUT); after a lost worker, Open MPI's fault "
+               "tolerance can wait there for ever (open-mpi/ompi#11404). This process ends "
+               "now without it, with status 1")
+    assert out.count(message) == 2, out

@@ -1,6 +1,7 @@
 """Host discovery for elastic jobs, without a job: what tfringrun makes of the script's
-output (tfringrun/discovery.py) and what the workers plan from it (tfring/_elastic_members.py).
-The jobs that grow and shrink are in tests/failure/test_elastic.py."""
+output (tfringrun/discovery.py), what the workers plan from it (tfring/_elastic_members.py)
+and the deadline of their MPI_Finalize at exit (tfring/_elastic_exit.py). The jobs that grow
+and shrink are in tests/failure/test_elastic.py."""
 
 import io
 import json
@@ -122,3 +123,14 @@ def test_spawned_workers_get_the_settings_tfringrun_exported():
            "NCCL_HOSTID": "rank-0", "NCCL_NET": "Socket", "PYTHONPATH": "a\nb"}
     assert members.spawn_environment(env) == [
         "NCCL_NET=Socket", "PATH=/v/bin", "PYTHONPATH=a\nb", "TFRING_FUSION_THRESHOLD=0"]
+
+
+def test_the_finalize_deadline_is_read_from_its_setting():
+    from tfring import _elastic_exit
+
+    assert _elastic_exit.timeout_seconds({}) == 10.0
+    assert _elastic_exit.timeout_seconds({_elastic_exit.TIMEOUT: " 2.5 "}) == 2.5
+    assert _elastic_exit.timeout_seconds({_elastic_exit.TIMEOUT: "0"}) == 0.0
+    for bad in ("-1", "soon"):
+        with pytest.raises(ValueError, match=rf"TFRING_ELASTIC_FINALIZE_TIMEOUT='{bad}'"):
+            _elastic_exit.timeout_seconds({_elastic_exit.TIMEOUT: bad})
