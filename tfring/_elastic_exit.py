@@ -10,7 +10,6 @@ waiting after TFRING_ELASTIC_FINALIZE_TIMEOUT seconds says so and ends.
 import atexit
 import os
 import sys
-import threading
 
 from tfring import _library, runtime
 
@@ -45,25 +44,15 @@ def _exit_status():
 
 
 def _finalize_within(seconds):
-    def give_up():
-        status = _exit_status()
-        sys.stdout.flush()
-        sys.stderr.write(
-            f"tfring.elastic: MPI_Finalize did not return within {seconds:g} s ({TIMEOUT}); "
-            "after a lost worker, Open MPI's fault tolerance can wait there for ever "
-            f"(open-mpi/ompi#11404). This process ends now without it, with status {status}\n")
-        sys.stderr.flush()
-        os._exit(status)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
-    try:
-        # tfring's shutdown, and MPI_Finalize where tfring initialized MPI (skipped there
-        # after a peer was lost in a collective: no worker can have joined such a job).
-        _library.capi().tfring_atexit()
-        mpi = sys.modules.get("mpi4py.MPI")
-        if runtime.mpi4py_owns_mpi() and mpi is not None and not mpi.Is_finalized():
-            mpi.Finalize()  # what mpi4py's own at-exit would do, later and without a deadline
-    finally:
-        timer.cancel()
+    """tfring's own at-exit (its shutdown, and MPI_Finalize where tfring initialized MPI
+    and lost no peer in a collective: no worker can have joined such a job), then mpi4py's
+    MPI_Finalize where mpi4py initialized MPI (as mpi4py's own at-exit would, later), under
+    the deadline. The library keeps the time on a thread of its own: mpi4py's Finalize
+    holds Python's GIL while it waits, so no Python timer could."""
+    status = _exit_status()
+    sys.stdout.flush()
+    message = (f"tfring.elastic: MPI_Finalize did not return within {seconds:g} s ({TIMEOUT}); "
+               "after a lost worker, Open MPI's fault tolerance can wait there for ever "
+               f"(open-mpi/ompi#11404). This process ends now without it, with status {status}")
+    _library.capi().tfring_atexit_within(seconds, int(runtime.mpi4py_owns_mpi()), status,
+                                         message.encode())

@@ -158,4 +158,6 @@ def capi():
     lib.tfring_status_code_value.argtypes = [ctypes.c_char_p]
     lib.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                                           ctypes.c_int]
+    lib.tfring_atexit_within.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int,
+                                         ctypes.c_char_p]
     return lib

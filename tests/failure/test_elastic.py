@@ -186,9 +186,10 @@ def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
 
 def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
     # After a lost worker, Open MPI's MPI_Finalize can wait for ever on it, now and then: an
-    # elastic worker's finalize runs under a deadline, here 0 s, so that both survivors of
-    # the job above end at once, each saying why, with Python's status for the uncaught
-    # error (1).
+    # elastic worker's finalize runs under a deadline. At 0 s both survivors of the job
+    # above end at once without it, each saying why, with Python's status for the uncaught
+    # error (1). (The wait past a deadline is kept by a thread of the library's: mpi4py's
+    # Finalize holds the GIL while it waits.)
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
                                                          "1"], "elastic_custom_loop", 3,
                              env={"TFRING_ELASTIC_FINALIZE_TIMEOUT": "0"})

@@ -40,6 +40,10 @@ int tfring_init(int world_kind, const int32_t* ranks, int num_ranks, int64_t for
 
 void tfring_shutdown() { GlobalRuntime::Get().Shutdown(); }
 void tfring_atexit() { GlobalRuntime::Get().AtExit(); }
+void tfring_atexit_within(double seconds, int finalize_anyway, int exit_status,
+                          const char* message) {
+  GlobalRuntime::Get().AtExitWithin(seconds, finalize_anyway != 0, exit_status, message);
+}
 int tfring_is_initialized() { return GlobalRuntime::Get().initialized() ? 1 : 0; }
 int tfring_rank() { return Layout(&tfring::ProcessLayout::rank); }
 int tfring_size() { return Layout(&tfring::ProcessLayout::size); }

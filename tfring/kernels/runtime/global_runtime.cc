@@ -1,7 +1,11 @@
 #include "tfring/kernels/runtime/global_runtime.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <thread>
 
 #include "tfring/kernels/backends/mpi/mpi_backend.h"
@@ -233,6 +237,33 @@ void GlobalRuntime::AtExit() {
   Shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
   if (!peers_lost_) mpi_->Finalize();
+}
+
+void GlobalRuntime::AtExitWithin(double seconds, bool finalize_anyway, int exit_status,
+                                 const std::string& message) {
+  auto give_up = [exit_status, message] {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    _exit(exit_status);
+  };
+  if (seconds <= 0) give_up();  // no wait at all: not even a finalize that would return
+  // Shared with the timer thread, which may outlive this call (it is detached).
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([done, seconds, give_up] {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!done->load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!done->load()) give_up();
+  }).detach();
+  AtExit();
+  if (finalize_anyway) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mpi_->FinalizeAnyway();
+  }
+  done->store(true);
 }
 
 bool GlobalRuntime::initialized() {

@@ -160,6 +160,13 @@ void MpiContext::Finalize() {
   we_initialized_ = false;
 }
 
+void MpiContext::FinalizeAnyway() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  we_initialized_ = false;
+}
+
 Status MpiContext::DupWorld(MPI_Comm* comm) const {
   TFRING_MPI_CHECK(MPI_Comm_dup(world_, comm));
   TFRING_MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));

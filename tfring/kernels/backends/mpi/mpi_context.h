@@ -29,6 +29,8 @@ class MpiContext {
   // Finalizes MPI if this context initialized it and MPI is still usable (which frees the
   // world made for the choice with everything else). Initialize cannot be called after that.
   void Finalize();
+  // Finalizes MPI whoever initialized it (mpi4py, say), unless it already is finalized.
+  void FinalizeAnyway();
   // tfring's world: MPI_COMM_WORLD, or the communicator Initialize made for the choice.
   MPI_Comm world() const { return world_; }
   // Forgets the world without freeing it (a peer in it died), so the next Initialize
