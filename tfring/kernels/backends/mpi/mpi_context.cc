@@ -154,10 +154,7 @@ Status MpiContext::Initialize(const WorldChoice& choice, ProcessLayout* layout) 
 }
 
 void MpiContext::Finalize() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && we_initialized_) MPI_Finalize();
-  we_initialized_ = false;
+  if (we_initialized_) FinalizeAnyway();
 }
 
 void MpiContext::FinalizeAnyway() {
