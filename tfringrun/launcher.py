@@ -19,6 +19,7 @@ import importlib.util
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -360,7 +361,7 @@ def main(argv=None):
     try:
         if loop:
             loop.start()
-        return subprocess.call(cmd, env=env)
+        return _run_forwarding_sigterm(cmd, env)
     except KeyboardInterrupt:
         return 130
     finally:
@@ -369,6 +370,22 @@ def main(argv=None):
             shutil.rmtree(scratch, ignore_errors=True)
         if hostfile_copy:
             os.unlink(hostfile_copy)
+
+
+def _run_forwarding_sigterm(cmd, env):
+    """Runs mpirun and waits for it. A SIGTERM to tfringrun (a scheduler's, a test's timeout)
+    is passed on to mpirun, which ends its ranks, so that tfringrun still returns and removes
+    its scratch files instead of dying at once and leaving the ranks to mpirun alone."""
+    with subprocess.Popen(cmd, env=env) as process:
+        previous = signal.signal(signal.SIGTERM,
+                                 lambda signum, frame: process.send_signal(signum))
+        try:
+            return process.wait()
+        except BaseException:  # Ctrl-C: as subprocess.call, mpirun does not outlive us
+            process.kill()
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def start_discovered(args, loop):

@@ -36,6 +36,13 @@ def size():
     return tfring.size()
 
 
+@pytest.fixture
+def shared_tmp_path(tmp_path, request):
+    """Rank 0's pytest tmp_path, for every rank (they share one machine's disk): one directory
+    that rank 0 may write and every rank may read, removed with pytest's own."""
+    return tfring.broadcast_object(str(tmp_path), 0, name=f"tmp.{request.node.nodeid}")
+
+
 @pytest.fixture(autouse=True)
 def _eager_by_default():
     tf.config.run_functions_eagerly(False)

@@ -6,7 +6,6 @@ from quantities every rank knows (seeds, sizes), never from the code under test.
 
 import os
 import shutil
-import tempfile
 import warnings
 
 import keras
@@ -398,11 +397,9 @@ def test_arguments_are_checked_in_the_callers_terms():
 
 # BestModelCheckpoint
 
-def test_best_model_checkpoint_writes_on_rank_0_only(rank, size):
+def test_best_model_checkpoint_writes_on_rank_0_only(rank, size, shared_tmp_path):
     # One directory for all ranks (rank 0's), one file name per rank: only rank 0's may appear.
-    directory = tfring.broadcast_object(
-        tempfile.mkdtemp(prefix="tfring-best-") if rank == 0 else None, 0,
-        name="callbacks.checkpoint.dir")
+    directory = shared_tmp_path
     mine = os.path.join(directory, f"rank{rank}", "best.keras")
     model = make_model(seed=0)
     callback = hvd_callbacks.BestModelCheckpoint(mine, monitor="val_loss", verbose=0)

@@ -220,16 +220,11 @@ def test_options_are_checked(rank, size):
         hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
 
 
-def shared_tmp_dir(name):
-    import tempfile
-    return tfring.broadcast_object(tempfile.mkdtemp(prefix="tfring-keras-"), 0, name=name)
-
-
 @pytest.mark.parametrize("passes", [1, 2])
-def test_rank0_checkpoint_then_resume(rank, size, passes):
+def test_rank0_checkpoint_then_resume(rank, size, passes, shared_tmp_path):
     # Train half the steps, rank 0 alone saves; every rank reloads with load_model and trains
     # the rest: the result equals uninterrupted training, identical on every rank.
-    path = os.path.join(shared_tmp_dir(f"ckpt.dir.{passes}"), "model.keras")
+    path = os.path.join(shared_tmp_path, "model.keras")
     x, _, y = shard(global_data(STEPS, size, passes), rank, size)
     model = make_model(keras, seed=1 if rank == 0 else 70 + rank)
     model.compile(optimizer=hvd.DistributedOptimizer(
@@ -256,8 +251,8 @@ def test_rank0_checkpoint_then_resume(rank, size, passes):
                  rtol=1e-4, atol=1e-5)
 
 
-def test_load_model_wraps_a_plain_optimizer(rank, size):
-    path = os.path.join(shared_tmp_dir("plain.dir"), "plain.keras")
+def test_load_model_wraps_a_plain_optimizer(rank, size, shared_tmp_path):
+    path = os.path.join(shared_tmp_path, "plain.keras")
     if rank == 0:
         model = make_model(keras, seed=3)
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")

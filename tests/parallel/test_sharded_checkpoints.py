@@ -16,11 +16,6 @@ import tfring.keras as tk
 from _sharded_util import BATCH, _assert_same_on_every_rank, _data, _fit, _flat, _model
 
 
-def _shared_dir(tmp_path):
-    """Rank 0's tmp_path, for every rank (one machine)."""
-    return tfring.broadcast_object(str(tmp_path), 0, name="sharded.tmp")
-
-
 def _optimizer_state(path):
     """{dataset path: array} of the optimizer's part of a Keras weights file."""
     import h5py
@@ -48,8 +43,8 @@ def _fit_with_checkpoint(sharded, path, epochs=1, model=None):
     return model
 
 
-def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(tmp_path):
-    root = _shared_dir(tmp_path)
+def test_checkpoints_hold_the_whole_state_as_unsharded_and_resume(shared_tmp_path):
+    root = shared_tmp_path
     sharded_file, plain_file = f"{root}/sharded.weights.h5", f"{root}/plain.weights.h5"
     trained = _fit_with_checkpoint(True, sharded_file)
     if tfring.rank() == 0:  # gathered at the epoch's end: a whole model too
@@ -138,8 +133,8 @@ def _tfring_adam_model(sharded):
     return model
 
 
-def test_keras_files_load_into_a_plain_optimizer_and_back(tmp_path):
-    root = _shared_dir(tmp_path)
+def test_keras_files_load_into_a_plain_optimizer_and_back(shared_tmp_path):
+    root = shared_tmp_path
     path, plain_path = f"{root}/sharded.weights.h5", f"{root}/plain.weights.h5"
     trained = _fit_with_checkpoint(True, path)
     unsharded = _inner_values(_fit_with_checkpoint(False, None))
@@ -172,8 +167,9 @@ def _checkpoint_state(path):
 
 
 @pytest.mark.parametrize("loss_scale", [False, True], ids=["adam", "loss-scale-adam"])
-def test_tf_train_checkpoint_holds_the_whole_state_and_restores_anywhere(tmp_path, loss_scale):
-    root = _shared_dir(tmp_path)
+def test_tf_train_checkpoint_holds_the_whole_state_and_restores_anywhere(shared_tmp_path,
+                                                                        loss_scale):
+    root = shared_tmp_path
 
     def make():
         adam = keras.optimizers.Adam(0.01)

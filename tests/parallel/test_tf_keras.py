@@ -143,11 +143,8 @@ def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
         keras.mixed_precision.set_global_policy("float32")
 
 
-def test_load_model_hooks_the_loaded_optimizer(rank, size):
-    import tempfile
-    directory = tfring.broadcast_object(tempfile.mkdtemp(prefix="tfring-tfk-"), 0,
-                                        name="tfk.dir")
-    path = os.path.join(directory, "model.keras")
+def test_load_model_hooks_the_loaded_optimizer(rank, size, shared_tmp_path):
+    path = os.path.join(shared_tmp_path, "model.keras")
     if rank == 0:
         model = make_model(keras, seed=3)
         model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),

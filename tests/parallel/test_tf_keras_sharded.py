@@ -121,8 +121,8 @@ def _hdf5_state(path):
 
 
 @pytest.mark.parametrize("loss_scale", [False, True], ids=["adam", "loss-scale-adam"])
-def test_checkpoints_hold_the_whole_state_and_resume(tmp_path, loss_scale):
-    root = tfring.broadcast_object(str(tmp_path), 0, name="tf_keras.sharded.tmp")
+def test_checkpoints_hold_the_whole_state_and_resume(shared_tmp_path, loss_scale):
+    root = shared_tmp_path
 
     def make():
         adam = keras.optimizers.Adam(0.01)

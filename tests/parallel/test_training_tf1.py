@@ -2,7 +2,6 @@
 train N ranks at batch B exactly like 1 process at batch N*B, from rank 0's initial weights."""
 
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -62,11 +61,10 @@ def test_monitored_session_matches_one_process(rank, size, options):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
 
 
-def test_checkpoint_on_rank_0_then_resume(rank, size):
+def test_checkpoint_on_rank_0_then_resume(rank, size, shared_tmp_path):
     # Train 2 steps with a checkpoint written by rank 0 only, then resume in a new session:
     # rank 0 restores, the hook broadcasts, and training continues from step 2 to STEPS.
-    directory = tfring.broadcast_object(tempfile.mkdtemp(prefix="tfring-ckpt-"), 0,
-                                        name="ckpt.dir")
+    directory = shared_tmp_path
     for last_step in (2, STEPS):
         with tf.Graph().as_default():
             variables, feeds, train_op, global_step = build(rank, seed=1)
