@@ -1,20 +1,37 @@
-"""How an elastic worker's process ends: MPI_Finalize under a deadline.
+"""How an elastic worker's process ends: MPI_Finalize under a deadline, or, when an exception
+its code did not catch ends it, as a lost worker.
 
 After a worker was lost, Open MPI's fault tolerance can leave MPI_Finalize waiting for ever
 on the dead process, now and then (open-mpi/ompi#11404; docs/elastic.md has what was seen).
 It cannot simply be skipped: a worker that joined the job later (MPI_Comm_spawn) waits in
 its own for its parents'. So every elastic worker finalizes at exit as before, and one still
 waiting after TFRING_ELASTIC_FINALIZE_TIMEOUT seconds says so and ends.
+
+A worker whose own code raised (an error in its data, say) ends alone, as Horovod's does
+(its elastic tests' exit_mode='exception'): the others go on without it. tfring's shutdown
+would tell them "shut down on rank R", which stops their pending ops as a shutdown, and
+MPI_Finalize would wait for them; so that worker leaves without either, and the others see
+it as lost through MPI's fault tolerance, as if it had been killed.
 """
 
 import atexit
 import os
+import signal
 import sys
 
 from tfring import _library, runtime
 
 TIMEOUT = "TFRING_ELASTIC_FINALIZE_TIMEOUT"
+# tfringrun's folder where each worker notes how it ended (tfringrun/launcher.py reads it):
+# under MPI's fault tolerance mpirun says 0 even when every worker died.
+STATUS_DIR = "TFRING_ELASTIC_STATUS_DIR"
 _armed = False
+
+
+class JobCannotGoOn(RuntimeError):
+    """tfring.elastic stops the job (--min-np, --reset-limit, no fault tolerance). Raised on
+    every worker alike, so each ends as a failed run (status 1), not as a lost worker that the
+    others could go on without."""
 
 
 def timeout_seconds(environ=os.environ):
@@ -43,6 +60,28 @@ def _exit_status():
     return 1 if getattr(sys, "last_value", None) is not None else 0
 
 
+def _note_how_this_worker_ended(how):
+    folder = os.environ.get(STATUS_DIR)
+    if folder:
+        try:
+            with open(os.path.join(folder, f"{how}.{os.getpid()}"), "w"):
+                pass
+        except OSError:  # the note only sharpens tfringrun's status; the exit goes on
+            pass
+
+
+def _leave_as_lost():
+    """Ends this process as a lost worker. Only a death by signal is one to Open MPI's fault
+    tolerance: a process that exits with a status but without MPI_Finalize is never reported
+    to the others (they waited out the peer timeout), so it kills itself."""
+    who = f"rank {runtime.rank()}" if runtime.is_initialized() else "this worker"
+    print(f"tfring.elastic: {who} ends on the exception above, as a lost worker, so "
+          "that any others can go on without it", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    _note_how_this_worker_ended("lost")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _finalize_within(seconds):
     """tfring's own at-exit (its shutdown, and MPI_Finalize where tfring initialized MPI
     and lost no peer in a collective: no worker can have joined such a job), then mpi4py's
@@ -51,6 +90,10 @@ def _finalize_within(seconds):
     holds Python's GIL while it waits, so no Python timer could."""
     status = _exit_status()
     sys.stdout.flush()
+    if status != 0 and not isinstance(sys.last_value, JobCannotGoOn):
+        _leave_as_lost()
+    if status == 0:
+        _note_how_this_worker_ended("finished")
     message = (f"tfring.elastic: MPI_Finalize did not return within {seconds:g} s ({TIMEOUT}); "
                "after a lost worker, Open MPI's fault tolerance can wait there for ever "
                f"(open-mpi/ompi#11404). This process ends now without it, with status {status}")

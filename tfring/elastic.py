@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _elastic_exit, _init, process_sets, runtime
+from tfring._elastic_exit import JobCannotGoOn  # noqa: F401 (public here)
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
 
@@ -259,7 +260,7 @@ class _Limits:
     def check_reset_allowed(self, resets_done, why):
         """Horovod's --reset-limit counts every change of the job's size, up or down."""
         if self.reset_limit is not None and resets_done >= self.reset_limit:
-            raise RuntimeError(
+            raise JobCannotGoOn(
                 f"tfring.elastic: the job's workers changed again after {resets_done} "
                 f"reset(s), and --reset-limit {self.reset_limit} allows no more; the job "
                 f"stops here. What changed: {why}") from (
@@ -270,7 +271,7 @@ class _Limits:
             wait = ("no worker can join (no --host-discovery-script), so there is nothing "
                     "to wait for" if waited is None else
                     f"no host offered more within --elastic-timeout {waited} s")
-            raise RuntimeError(
+            raise JobCannotGoOn(
                 f"tfring.elastic: {left} worker(s) are left and --min-np needs {self.min_np}; "
                 f"the job cannot go on ({wait})")
 
@@ -316,7 +317,7 @@ def _reset_after_loss(limits):
         comm.Revoke()
         alive = comm.Shrink()
     except (NotImplementedError, MPI.Exception) as e:
-        raise RuntimeError("a worker was lost and the job cannot be re-formed without MPI's "
+        raise JobCannotGoOn("a worker was lost and the job cannot be re-formed without MPI's "
                            "fault tolerance: run under `mpirun --with-ft ulfm` (Open MPI 5) "
                            f"({e})") from e
     alive.Set_errhandler(MPI.ERRORS_RETURN)

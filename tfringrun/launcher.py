@@ -26,6 +26,9 @@ import tempfile
 
 from tfringrun import discovery, exports
 
+# tfring/_elastic_exit.py's name for it: where each elastic worker notes how it ended.
+STATUS_DIR = "TFRING_ELASTIC_STATUS_DIR"
+
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
 # screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
 # the build is and which MPI it uses; it is loaded from tfring's folder by path, so that
@@ -350,8 +353,11 @@ def main(argv=None):
         args.hostfile = hostfile_copy
     env = dict(os.environ)
     loop = scratch = None
-    if args.host_discovery_script:
+    if is_elastic(args):
         scratch = tempfile.mkdtemp(prefix="tfringrun-")
+        env[STATUS_DIR] = os.path.join(scratch, "ended")
+        os.mkdir(env[STATUS_DIR])
+    if args.host_discovery_script:
         loop = discovery.DiscoveryLoop(args.host_discovery_script,
                                        os.path.join(scratch, "hosts.json"), args.slots or 1)
         env.update(start_discovered(args, loop))
@@ -361,15 +367,32 @@ def main(argv=None):
     try:
         if loop:
             loop.start()
-        return _run_forwarding_sigterm(cmd, env)
+        status = _run_forwarding_sigterm(cmd, env)
+        if scratch:
+            status = elastic_status(status, env[STATUS_DIR])
+        return status
     except KeyboardInterrupt:
         return 130
     finally:
         if loop:
             loop.stop()
+        if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
         if hostfile_copy:
             os.unlink(hostfile_copy)
+
+
+def elastic_status(status, ended):
+    """mpirun's status, except where it says 0 for a job in which no worker finished: under
+    MPI's fault tolerance a worker that ends on an error of its own kills itself, to be lost
+    to the others rather than stop them (tfring/_elastic_exit.py), and mpirun counts no such
+    death. Each worker noted in `ended` how it ended."""
+    notes = [name.split(".")[0] for name in os.listdir(ended)]
+    if status == 0 and "lost" in notes and "finished" not in notes:
+        print(f"tfringrun: every worker of the job ended on an error ({notes.count('lost')} "
+              "ended so; their errors are above)", file=sys.stderr, flush=True)
+        return 1
+    return status
 
 
 def _run_forwarding_sigterm(cmd, env):

@@ -54,11 +54,12 @@ def report(state, values, expected, sizes_at_reset, me):
           flush=True)
 
 
-def _custom_loop(kills):
+def _custom_loop(kills, raises=False):
     """Horovod's elastic pattern with a custom loop (TensorFlowKerasState, @run, commit):
-    the worker started as rank kills[b] dies at batch b; the others roll back to their
-    commit, re-form, and finish 20 batches. Each survivor checks its weights against numpy's
-    run of the same training."""
+    the worker started as rank kills[b] dies at batch b (SIGKILL, or with `raises` an
+    exception out of its training function, Horovod's exit_mode='exception'); the others roll
+    back to their commit, re-form, and finish 20 batches. Each survivor checks its weights
+    against numpy's run of the same training."""
     import keras
     from tfring import elastic
 
@@ -89,6 +90,9 @@ def _custom_loop(kills):
         if state.batch == 0:
             start[:] = [w.numpy().copy() for w in model.trainable_variables]
         while state.batch < 20:
+            if kills.get(state.batch) == me and raises:
+                say(f"raising at {time.time():.3f}")
+                raise ValueError(f"worker {me} fails at batch {state.batch}")
             if kills.get(state.batch) == me:
                 say(f"killing myself at {time.time():.3f}")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -117,6 +121,29 @@ def _custom_loop(kills):
 
 def elastic_custom_loop():
     _custom_loop({8: 2})  # of 3 workers
+
+
+def elastic_worker_raises():
+    _custom_loop({8: 2}, raises=True)  # of 3 workers
+
+
+def elastic_every_worker_raises():
+    """Every worker's code raises at batch 3 (a bug, say): none can go on."""
+    from tfring import elastic
+
+    tfring.init()
+    state = elastic.ObjectState(batch=0)
+
+    @elastic.run
+    def train(state):
+        while state.batch < 10:
+            tfring.allreduce(tf.constant([1.0]), name="step")
+            if state.batch == 3:
+                raise ValueError(f"worker {tfring.rank()} fails at batch 3")
+            state.batch += 1
+            state.commit()
+
+    train(state)
 
 
 def elastic_two_kills():

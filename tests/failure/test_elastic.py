@@ -48,6 +48,28 @@ def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weight
     _elastic_survivors("tf1_session", finished="epoch - batch 20")
 
 
+def test_a_worker_whose_code_raises_is_lost_and_the_others_finish():
+    # Horovod's exit_mode='exception': an error in one worker's own code ends that worker
+    # only; the others roll back, re-form without it and finish as after a kill. tfringrun
+    # says 0: the job finished.
+    rc, out, _ = run_tfringrun(["--min-np", "2"], "elastic_worker_raises", ranks=3)
+    assert re.search(r"rank 2: raising at", out), out
+    assert "ValueError: worker 2 fails at batch 8" in out, out
+    assert "tfring.elastic: rank 2 ends on the exception above, as a lost worker" in out, out
+    _assert_two_survivors_agree(out, "epoch - batch 20", "[2]")
+    assert rc == 0, out
+
+
+def test_every_worker_raising_fails_the_job():
+    # The same error on every worker: none is left to go on, and tfringrun says 1 (mpirun
+    # under MPI's fault tolerance would say 0 for workers that ended so).
+    rc, out, _ = run_tfringrun(["--min-np", "2"], "elastic_every_worker_raises", ranks=3)
+    for rank in range(3):
+        assert f"ValueError: worker {rank} fails at batch 3" in out, out
+    assert "tfringrun: every worker of the job ended on an error (3 ended so" in out, out
+    assert rc == 1, out
+
+
 def _two_kills(flags):
     """4 workers; the one started as rank 3 dies at batch 4, then rank 2 at batch 8. Returns
     mpirun's status and the output, after checking that the first reset re-formed the job

@@ -134,3 +134,21 @@ def test_the_finalize_deadline_is_read_from_its_setting():
     for bad in ("-1", "soon"):
         with pytest.raises(ValueError, match=rf"TFRING_ELASTIC_FINALIZE_TIMEOUT='{bad}'"):
             _elastic_exit.timeout_seconds({_elastic_exit.TIMEOUT: bad})
+
+
+def test_tfringrun_says_1_when_every_worker_ended_on_an_error(tmp_path, capsys):
+    # Under MPI's fault tolerance mpirun says 0 for workers that killed themselves on an
+    # error (to be lost to the others): tfringrun reads the workers' notes instead.
+    def status(mpirun_status, *notes):
+        folder = tmp_path / "+".join(notes or ("none",))
+        folder.mkdir()
+        for i, how in enumerate(notes):
+            (folder / f"{how}.{100 + i}").touch()
+        return launcher.elastic_status(mpirun_status, str(folder))
+
+    assert status(0, "lost", "lost") == 1
+    assert "every worker of the job ended on an error (2 ended so" in capsys.readouterr().err
+    assert status(0, "lost", "finished") == 0  # the others went on and finished
+    assert status(0, "finished", "finished") == 0
+    assert status(0) == 0  # no notes (workers on other hosts): mpirun's word
+    assert status(3, "finished") == 3
