@@ -7,8 +7,9 @@ It cannot simply be skipped: a worker that joined the job later (MPI_Comm_spawn)
 its own for its parents'. So every elastic worker finalizes at exit as before, and one still
 waiting after TFRING_ELASTIC_FINALIZE_TIMEOUT seconds says so and ends.
 
-A worker whose own code raised (an error in its data, say) ends alone, as Horovod's does
-(its elastic tests' exit_mode='exception'): the others go on without it. tfring's shutdown
+Under MPI's fault tolerance (mpirun --with-ft ulfm), a worker whose own code raised (an error
+in its data, say) ends alone, as Horovod's does (its elastic tests' exit_mode='exception'):
+the others go on without it. tfring's shutdown
 would tell them "shut down on rank R", which stops their pending ops as a shutdown, and
 MPI_Finalize would wait for them; so that worker leaves without either, and the others see
 it as lost through MPI's fault tolerance, as if it had been killed.
@@ -70,6 +71,13 @@ def _note_how_this_worker_ended(how):
             pass
 
 
+def _fault_tolerant(environ=os.environ):
+    """Whether mpirun runs this job with MPI's fault tolerance (--with-ft ulfm, as tfringrun's
+    elastic flags do). Without it a killed worker would make mpirun end every other at once,
+    where tfring's shutdown gives each the error 'shut down on rank R' instead."""
+    return environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true", "yes")
+
+
 def _leave_as_lost():
     """Ends this process as a lost worker. Only a death by signal is one to Open MPI's fault
     tolerance: a process that exits with a status but without MPI_Finalize is never reported
@@ -90,7 +98,7 @@ def _finalize_within(seconds):
     holds Python's GIL while it waits, so no Python timer could."""
     status = _exit_status()
     sys.stdout.flush()
-    if status != 0 and not isinstance(sys.last_value, JobCannotGoOn):
+    if status != 0 and _fault_tolerant() and not isinstance(sys.last_value, JobCannotGoOn):
         _leave_as_lost()
     if status == 0:
         _note_how_this_worker_ended("finished")

@@ -60,6 +60,20 @@ def test_a_worker_whose_code_raises_is_lost_and_the_others_finish():
     assert rc == 0, out
 
 
+def test_without_fault_tolerance_a_worker_that_raises_stops_the_others_saying_where():
+    # Plain mpirun (no --with-ft ulfm): a killed worker would make mpirun end the others
+    # without a word, so the raising worker shuts down as usual and each other gets
+    # tfring's error naming it.
+    rc, out, _ = run_scenario("elastic_worker_raises", ranks=3, timeout=120,
+                              script="elastic_scenarios.py")
+    assert rc != 0, out
+    assert "ValueError: worker 2 fails at batch 8" in out, out
+    for rank in (0, 1):
+        assert re.search(rf"AbortedError: tfring was shut down on rank 2 while this op was "
+                         rf"pending \(tensor '[^']+', rank {rank}\)", out), out
+    assert "as a lost worker" not in out, out
+
+
 def test_every_worker_raising_fails_the_job():
     # The same error on every worker: none is left to go on, and tfringrun says 1 (mpirun
     # under MPI's fault tolerance would say 0 for workers that ended so).

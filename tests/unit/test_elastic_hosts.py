@@ -152,3 +152,11 @@ def test_tfringrun_says_1_when_every_worker_ended_on_an_error(tmp_path, capsys):
     assert status(0, "finished", "finished") == 0
     assert status(0) == 0  # no notes (workers on other hosts): mpirun's word
     assert status(3, "finished") == 3
+
+
+def test_a_raising_worker_leaves_as_lost_only_under_fault_tolerance():
+    from tfring import _elastic_exit
+    assert _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "1"})  # --with-ft ulfm
+    assert _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "true"})
+    assert not _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "0"})
+    assert not _elastic_exit._fault_tolerant({})

@@ -53,7 +53,7 @@ Status MpiControlPlane::Wait(MPI_Request* request, const char* what) {
             (failed.size() == 1 ? "rank " + std::to_string(failed[0])
                                 : "ranks " + RankListString(failed)) +
             " in " + what + ": MPI reports that process failed. tfring "
-            "has stopped; this job cannot continue.");
+            "has stopped; only tfring.elastic.run can go on without it (a reset).");
       }
       return MpiStatus(rc, what, __FILE__, __LINE__);
     }
