@@ -9,10 +9,10 @@ waiting after TFRING_ELASTIC_FINALIZE_TIMEOUT seconds says so and ends.
 
 Under MPI's fault tolerance (mpirun --with-ft ulfm), a worker whose own code raised (an error
 in its data, say) ends alone, as Horovod's does (its elastic tests' exit_mode='exception'):
-the others go on without it. tfring's shutdown
-would tell them "shut down on rank R", which stops their pending ops as a shutdown, and
-MPI_Finalize would wait for them; so that worker leaves without either, and the others see
-it as lost through MPI's fault tolerance, as if it had been killed.
+the others go on without it. tfring's shutdown would tell them "shut down on rank R", which
+stops their pending ops as a shutdown, and MPI_Finalize would wait for them; so that worker
+leaves without either, and the others see it as lost through MPI's fault tolerance, as if it
+had been killed.
 """
 
 import atexit
