@@ -1,6 +1,8 @@
 """Integer reductions that overflow wrap modulo 2^bits, as TensorFlow's and numpy's integer
-arithmetic do, on every host path: eager (each op alone), tf.function and TF1 graphs (ops
-fused), XLA, grouped, process sets, hierarchical, join, reducescatter.
+arithmetic do, on every host path: eager, tf.function, TF1 graphs, XLA, fused (several
+tensors of one dtype and op in one fusion buffer, which the timeline shows), grouped,
+process sets, hierarchical (one level and across "hosts"), join (eager and in a function),
+reducescatter.
 
 MPI's own ops need not wrap: Open MPI 5's AVX component saturates 8- and 16-bit sums
 (int8 100 + 100 gives 127, not -56), which is why tfring reduces integer sums and products
@@ -8,6 +10,7 @@ with its own MPI ops. Inputs here span each dtype's whole range, 1,000 elements 
 for MPI's vectorized paths), and every expected value is numpy's own wrapping arithmetic.
 """
 
+import json
 import os
 
 import numpy as np
@@ -71,7 +74,7 @@ def test_numpy_reference_wraps():
 
 @pytest.mark.parametrize("mode", XLA_MODES)
 def test_every_integer_dtype_and_op(mode, rank, size):
-    # In a function or graph the 30 ops are ready together and fused; eagerly each is alone.
+    # One tensor per dtype and op: each travels alone (test_fused packs several together).
     inputs = [wide_input(rank, d) for d in INT_DTYPES]
 
     def fn(*xs):
@@ -119,18 +122,63 @@ def test_reducescatter(rank, size):
                                           err_msg=f"{op_name} {dtype.name}")
 
 
+def _restart(env):
+    """Restarts tfring with `env` (every rank alike), or with none of it when env is empty."""
+    tfring.shutdown()
+    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TEST_RANKS_PER_HOST", "TFRING_TIMELINE",
+              "TFRING_CYCLE_TIME", "TFRING_BATCH_GAP_US"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    tfring.init()
+
+
 @pytest.fixture
-def hierarchical():
-    tfring.shutdown()
-    os.environ["TFRING_HIERARCHICAL_ALLREDUCE"] = "1"
-    tfring.init()
-    yield
-    tfring.shutdown()
-    os.environ.pop("TFRING_HIERARCHICAL_ALLREDUCE")
-    tfring.init()
+def timeline_path(shared_tmp_path):
+    yield os.path.join(shared_tmp_path, "wrap_timeline.json")
+    _restart({})
 
 
-def test_hierarchical(hierarchical, rank, size):
+def _phases(path):
+    """The phases rank 0's timeline recorded (each a Chrome-trace begin event)."""
+    with open(path) as f:
+        return [e for e in json.load(f) if e.get("ph") == "B"]
+
+
+def test_fused(timeline_path, rank, size):
+    # Three tensors per dtype and op in one function; a long batch gap makes the runtime wait
+    # for all of a step's ops, so those of one dtype and op share a fusion buffer (its
+    # integer Average divides each tensor's span of the buffer).
+    copies = 3
+    _restart({"TFRING_TIMELINE": timeline_path, "TFRING_CYCLE_TIME": "200",
+              "TFRING_BATCH_GAP_US": "100000"})
+    inputs = [wide_input(rank, d, salt=k) for d in INT_DTYPES for k in range(copies)]
+
+    def fn(*xs):
+        # Named "wrap.<dtype>.<op>.<copy>", so the timeline's groups say what they held.
+        return [[tfring.allreduce(x, op=op, name=f"wrap.{INT_DTYPES[i // copies].name}."
+                                                 f"{op_name}.{i % copies}")
+                 for op_name, op in OPS.items()] for i, x in enumerate(xs)]
+
+    results = run("function", fn, *inputs)
+    tfring.stop_timeline()
+    for i, per_op in enumerate(results):
+        for op_name, got in zip(OPS, per_op):
+            assert_wrapped(got, op_name, INT_DTYPES[i // copies], range(size), salt=i % copies)
+    if rank == 0:
+        fused = {".".join(e["args"]["group"].split(".")[1:3]) for e in _phases(timeline_path)
+                 if e["name"] == "MPI_ALLREDUCE" and e.get("args", {}).get("tensors", 1) > 1}
+        want = {f"{d.name}.{op_name}" for d in INT_DTYPES for op_name in OPS}
+        assert want <= fused, f"never in a fusion buffer: {sorted(want - fused)}"
+
+
+@pytest.mark.parametrize("per_host", [None, 1, 2])
+def test_hierarchical(per_host, timeline_path, rank, size):
+    # per_host None: MPI's own layout (one host here); 1: every rank a host of its own, so
+    # the step across hosts does all the reducing; 2: at 3 ranks, hosts {0, 1} and {2}.
+    env = {"TFRING_HIERARCHICAL_ALLREDUCE": "1", "TFRING_TIMELINE": timeline_path}
+    if per_host:
+        env["TFRING_TEST_RANKS_PER_HOST"] = str(per_host)
+    _restart(env)
     for mode in ("eager", "function"):
         results = run(mode, lambda *xs: [[tfring.allreduce(x, op=op) for op in OPS.values()]
                                           for x in xs],
@@ -138,17 +186,23 @@ def test_hierarchical(hierarchical, rank, size):
         for dtype, per_op in zip(INT_DTYPES, results):
             for op_name, got in zip(OPS, per_op):
                 assert_wrapped(got, op_name, dtype, range(size))
+    tfring.stop_timeline()
+    if rank == 0:
+        phases = {e["name"] for e in _phases(timeline_path)}
+        assert "MPI_HIERARCHICAL_ALLREDUCE" in phases, phases
 
 
-def test_join(rank, size):
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_join(mode, rank, size):
     # Rank r has r + 1 steps of data; at step s only ranks r >= s reduce, the joined ones
     # contribute each op's identity (and Average divides by the ranks that had data).
-    step_fn = tf.function(lambda *xs: [[tfring.allreduce(x, op=op) for op in OPS.values()]
-                                       for x in xs])
+    def step_fn(*xs):
+        return [[tfring.allreduce(x, op=op) for op in OPS.values()] for x in xs]
+
     for step in range(rank + 1):
-        results = step_fn(*[tf.constant(wide_input(rank, d, salt=step)) for d in INT_DTYPES])
+        results = run(mode, step_fn, *[wide_input(rank, d, salt=step) for d in INT_DTYPES])
         present = [r for r in range(size) if r >= step]
         for dtype, per_op in zip(INT_DTYPES, results):
             for op_name, got in zip(OPS, per_op):
-                assert_wrapped(got.numpy(), op_name, dtype, present, salt=step)
+                assert_wrapped(got, op_name, dtype, present, salt=step)
     assert tfring.join() == size - 1

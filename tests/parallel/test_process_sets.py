@@ -164,21 +164,24 @@ def test_gradients_stay_in_the_set(rank, my_set):
 @pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64], ids=lambda d: d.name)
 @pytest.mark.parametrize("op_name", ["Sum", "Average"])
 def test_reducescatter_gradient_in_set(op_name, dtype, mode, rank, my_set):
-    # Horovod's definition: the upstream gradient of every member's block, gathered, times
-    # the set's size for Sum. Upstream ones: the gradient is exactly the set size (Sum) or 1
-    # (Average) everywhere, in float16 too (small integers are exact there).
+    # Horovod's definition: the upstream gradient of every member's block, gathered in the
+    # set's rank order, times the set's size for Sum. Each member's upstream differs (small
+    # multiples of 1/4, exact in float16 and after the scaling), so a gradient that used
+    # only this rank's upstream, or gathered across the wrong ranks, would not match.
     op = {"Sum": tfring.Sum, "Average": tfring.Average}[op_name]
     n = my_set.size()
     for dims in (1, 2, 3):
         shape = [4 * n] + [3] * (dims - 1)
         values = rank_input(rank, shape, dtype)
+        upstream = {r: rank_input(r + 50, [4] + shape[1:], dtype, low=-4, high=5)
+                    for r in my_set.ranks}
 
         def grad_of(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 out = tfring.reducescatter(x, op=op, process_set=my_set)
             assert out.shape[0] == 4
-            return tape.gradient(out, x, output_gradients=tf.ones_like(out))
+            return tape.gradient(out, x, output_gradients=tf.constant(upstream[rank]))
 
         if mode == "eager":
             got = grad_of(tf.constant(values)).numpy()
@@ -186,11 +189,13 @@ def test_reducescatter_gradient_in_set(op_name, dtype, mode, rank, my_set):
             with tf.Graph().as_default():
                 x = tf.constant(values)
                 out = tfring.reducescatter(x, op=op, process_set=my_set)
-                g = tf.gradients(out, x, grad_ys=tf.ones_like(out))[0]
+                g = tf.gradients(out, x, grad_ys=tf.constant(upstream[rank]))[0]
                 with tf.compat.v1.Session() as session:
                     got = session.run(g)
+        want = np.concatenate([upstream[r] for r in my_set.ranks]) * (n if op_name == "Sum"
+                                                                         else 1)
         assert got.dtype == values.dtype and got.shape == tuple(shape)
-        np.testing.assert_array_equal(got, np.full(shape, n if op_name == "Sum" else 1.0))
+        np.testing.assert_array_equal(got, want.astype(values.dtype))
 
 
 def test_registration_misuse_raises_horovods_value_error(rank, size):

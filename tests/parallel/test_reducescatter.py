@@ -69,17 +69,19 @@ def test_grouped_reducescatter(rank, size):
 
 @pytest.mark.parametrize("op_name", ["Sum", "Average"])
 def test_reducescatter_gradient(op_name, rank, size):
-    x = tf.constant(rank_input(rank, (5, 2), tf.float32))
+    x = tf.constant(rank_input(rank, (5, 2), tf.float32))  # blocks of unequal rows
+    # Each rank's upstream gradient differs, so the gradient must gather every rank's.
+    upstream = [rank_input(r + 50, (end - start, 2), tf.float32)
+                for r, (start, end) in enumerate(blocks(5, size))]
     with tf.GradientTape() as tape:
         tape.watch(x)
         out = tfring.reducescatter(x, op=OPS[op_name], prescale_factor=3.0,
                                    name=f"rs.grad.{op_name}")
-        loss = tf.reduce_sum(out * 2.0)  # every rank: 2 * its block
-    grad = tape.gradient(loss, x).numpy()
-    # Horovod's definition: every rank's block gathered, times size for Sum (and times the
-    # scale factor): 2 * 3 for Average, 2 * 3 * size for Sum.
-    want = 2.0 * 3.0 * (size if op_name == "Sum" else 1)
-    np.testing.assert_allclose(grad, np.full((5, 2), want), rtol=1e-6)
+    grad = tape.gradient(out, x, output_gradients=tf.constant(upstream[rank])).numpy()
+    # Horovod's definition: every rank's upstream block gathered, times the scale factor,
+    # and times size for Sum.
+    want = np.concatenate(upstream) * 3.0 * (size if op_name == "Sum" else 1)
+    np.testing.assert_array_equal(grad, want)
 
 
 def test_reducescatter_errors(rank, size):

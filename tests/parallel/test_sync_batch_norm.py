@@ -1,6 +1,8 @@
 """SyncBatchNormalization against one process on the global batch: statistics with uneven
 batches, gradients, and model.fit (identical weights on every rank, equal to one process)."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import tensorflow as tf
 
 import tfring
 import tfring.keras as hvd
+from tfring.keras import sync_batch_norm
 from _keras_problem import BATCH, FEATURES, assert_same_on_all_ranks, global_data, shard
 
 CHANNELS = 3
@@ -37,9 +40,10 @@ def test_horovod_constructor_arguments():
         tfring.SyncBatchNormalization(fused=True)
 
 
-def test_keras2_arguments_build_on_keras_3(recwarn):
+def test_keras2_arguments_build_on_keras_3(recwarn, monkeypatch):
     # Horovod-era code passes Keras 2 arguments that Keras 3's layer lacks: at their Keras 2
-    # defaults nothing is said; another value is ignored with one warning.
+    # defaults nothing is said; another value is ignored with one warning, once per process.
+    monkeypatch.setattr(sync_batch_norm, "_warned_keras2_only", [])
     layer = tfring.SyncBatchNormalization(axis=-1, momentum=0.9, fused=False, renorm=False,
                                           virtual_batch_size=None, adjustment=None)
     assert layer.momentum == 0.9
@@ -47,6 +51,10 @@ def test_keras2_arguments_build_on_keras_3(recwarn):
     with pytest.warns(UserWarning, match="ignores renorm, renorm_clipping"):
         tfring.SyncBatchNormalization(fused=False, renorm=True,
                                       renorm_clipping={"rmax": 3.0, "rmin": 0.3, "dmax": 5.0})
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        tfring.SyncBatchNormalization(fused=False, renorm=True)
+    assert not [w for w in again if "ignores" in str(w.message)]
 
 
 @pytest.mark.parametrize("in_function", [False, True], ids=["eager", "function"])
