@@ -7,12 +7,20 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/common/types.h"
 
 namespace tfring {
+
+// What a backend returns when handed kAverage, which only the executors know how to
+// divide (WireOp, common/types.h): one message for every backend.
+inline Status AverageReachedBackend(const char* backend, const char* collective) {
+  return Status::Internal(std::string(backend) + "::" + collective + " got kAverage; the "
+                          "executor must hand over kSum (WireOp) and divide afterwards");
+}
 
 class Backend {
  public:
@@ -23,7 +31,8 @@ class Backend {
   virtual const char* allreduce_phase() const { return "ALLREDUCE"; }
 
   // out = op over ranks of in, element-wise. `in == out` is allowed (in place).
-  // `op` is never kAverage: the coordinator reduces with kSum and scales.
+  // `op` is never kAverage (AverageReachedBackend): the executor reduces with kSum and
+  // scales.
   virtual Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                            ReduceOp op) = 0;
   // out = concatenation over ranks r of each rank's `in` (bytes_per_rank[r] bytes each).

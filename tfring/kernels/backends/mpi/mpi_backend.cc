@@ -21,7 +21,7 @@ MPI_Op NativeOp(ReduceOp op) {
 constexpr int64_t kMaxChunk = INT_MAX / 8;  // elements per MPI call: counts are ints
 
 // From this many bytes a reducescatter runs tfring's ring (RingReducescatter) instead of
-// MPI_Reduce_scatter, which in Open MPI 5.0 was slower than its own allreduce for large
+// MPI_Reduce_scatter, which in Open MPI 5.0 is slower than its own allreduce for large
 // buffers; below it, the ring's size-1 latency-bound steps cost more than MPI's algorithms
 // (measured: docs/benchmarks.md, 'shard_optimizer_state=True against the unsharded step').
 constexpr int64_t kRingReducescatterBytes = 256 * 1024;
@@ -67,15 +67,13 @@ Status MpiBackend::HierarchicalAllreduce(const void* in, void* out, int count,
 Status MpiBackend::Init() { return own_.Create(); }
 
 MPI_Op MpiBackend::OpFor(DataType dtype, ReduceOp op) const {
-  // The executors hand over WireOp's op; mapped here too, so that an Average can never
-  // fall through to MPI's native (possibly saturating) sum.
-  op = WireOp(op);
   const MPI_Op own = own_.op(dtype, op);
   return own != MPI_OP_NULL ? own : NativeOp(op);
 }
 
 Status MpiBackend::Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                              ReduceOp op) {
+  if (op == ReduceOp::kAverage) return AverageReachedBackend("MpiBackend", "Allreduce");
   const MPI_Datatype type = own_.type(dtype);
   const MPI_Op mpi_op = OpFor(dtype, op);
   const size_t esize = DataTypeSize(dtype);
@@ -121,6 +119,7 @@ Status MpiBackend::Broadcast(void* buffer, int64_t bytes, int root) {
 
 Status MpiBackend::Reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                                  DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAverage) return AverageReachedBackend("MpiBackend", "Reducescatter");
   const MPI_Datatype type = own_.type(dtype);
   const MPI_Op mpi_op = OpFor(dtype, op);
   std::vector<int> recvcounts(counts.size());
