@@ -76,10 +76,10 @@ class ProcessSet:
             if self._ranks[-1] >= size:
                 raise ValueError(f"{what}: process set {self._ranks} names ranks the job does "
                                  f"not have (size {size}).")
-            if me not in self._ranks:  # Horovod's error type for this misuse
+            if me not in self._ranks:  # Horovod's error type; the runtime's words
                 raise tf.errors.InvalidArgumentError(
-                    None, None, f"{what}: rank {me} is not in the process set {self._ranks}; "
-                    "only its members may run its collectives.")
+                    None, None, f"rank {me} is not in the process set {self._ranks} of "
+                    f"{what}: only its members may submit it")
             if len(self._ranks) == size:
                 return ()
         return list(self._ranks)

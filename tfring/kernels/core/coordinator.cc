@@ -88,8 +88,7 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
   if (static_cast<int>(set.size()) == size_) set.clear();  // all ranks: the global set
   r.name = KeyString(r.key, set);
   if (!set.empty() && !IsMember(set, rank_)) {
-    return "rank " + std::to_string(rank_) + " is not in the process set " +
-           RankListString(set) + " of '" + r.name + "': only its members may submit it";
+    return NotAMemberMessage(rank_, set, r.name);
   }
   if (!set.empty() && !executors_.supports_sets()) {
     return "tensor '" + r.name + "' is in a process set, which this runtime does not support";

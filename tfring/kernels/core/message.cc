@@ -232,6 +232,12 @@ std::string RankListString(const std::vector<int32_t>& ranks) {
   return s + "]";
 }
 
+std::string NotAMemberMessage(int rank, const std::vector<int32_t>& set,
+                              const std::string& name) {
+  return "rank " + std::to_string(rank) + " is not in the process set " + RankListString(set) +
+         " of '" + name + "': only its members may submit it";
+}
+
 bool Signature::SameCollective(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&

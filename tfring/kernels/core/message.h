@@ -112,6 +112,10 @@ bool IsMember(const std::vector<int32_t>& members, int rank);
 bool AreAscendingRanks(const std::vector<int32_t>& ranks, int world_size);
 // "[0, 2]".
 std::string RankListString(const std::vector<int32_t>& ranks);
+// The error for a rank that submits `name` in a process set it is not a member of: one
+// message wherever it is caught (a TF kernel, an XLA lowering, the coordinator).
+std::string NotAMemberMessage(int rank, const std::vector<int32_t>& set,
+                              const std::string& name);
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
 // of a grouped call share a call site and are not).
 inline bool CachedByCallSite(const Request& q) {

@@ -112,9 +112,7 @@ struct ProcessSetAttr {
     }
     auto it = std::find(ranks.begin(), ranks.end(), layout.rank);
     if (it == ranks.end()) {
-      return absl::InvalidArgumentError("rank " + std::to_string(layout.rank) +
-                                        " is not in the process set " + RankListString(ranks) +
-                                        " of '" + name + "': only its members may submit it");
+      return absl::InvalidArgumentError(NotAMemberMessage(layout.rank, ranks, name));
     }
     *size = static_cast<int>(ranks.size());
     *position = static_cast<int>(it - ranks.begin());

@@ -175,9 +175,7 @@ class XlaReducescatterOp : public XlaOpKernel {
       const auto& set = attrs_.process_set;
       const auto it = std::find(set.begin(), set.end(), layout.rank);
       OP_REQUIRES(ctx, it != set.end(),
-                  absl::InvalidArgumentError(
-                      "rank " + std::to_string(layout.rank) + " is not in the process set of '" +
-                      attrs_.name + "': only its members may submit it"));
+                  absl::InvalidArgumentError(NotAMemberMessage(layout.rank, set, attrs_.name)));
       size = static_cast<int>(set.size());
       position = static_cast<int>(it - set.begin());
     }
