@@ -66,6 +66,8 @@ def check_dtype(tensor, allowed, what, name):
 
 
 def check_not_scalar(tensor, what, display):
+    """Where the rank is known when the op is made; the kernels check the rest in the same
+    words (common/status.h, ScalarInputMessage)."""
     if tensor.shape.rank == 0:
         raise ValueError(f"{what} needs a tensor of rank >= 1; '{display}' is a scalar. "
                          "Reshape it to [1] first.")

@@ -87,6 +87,12 @@ def test_reducescatter_gradient(op_name, rank, size):
 def test_reducescatter_errors(rank, size):
     with pytest.raises(ValueError, match="'rs.scalar' is a scalar"):
         tfring.reducescatter(tf.constant(1.0), name="rs.scalar")
+    # A rank unknown until the op runs: the kernel says it, in the same words.
+    unknown_rank = tf.function(lambda x: tfring.reducescatter(x, name="rs.scalar.late"),
+                               input_signature=[tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"'rs.scalar.late' is a scalar. Reshape it to \[1\] first"):
+        unknown_rank(tf.constant(1.0))
     rows = 4 if rank == 0 else 5
     with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched shapes for tensor 'rs.mismatch': rank 0 sent \[4\]"):

@@ -20,6 +20,16 @@ Status NotInitialized(const std::string& what) {
                                     what);
 }
 
+std::string ScalarInputMessage(const std::string& collective, const std::string& name) {
+  return collective + " needs a tensor of rank >= 1; '" + name +
+         "' is a scalar. Reshape it to [1] first.";
+}
+
+std::string GpuInt16Message(const std::string& dtype_name, const std::string& name) {
+  return "tfring does not support dtype " + dtype_name + " in GPU memory (NCCL has no 16-bit "
+         "integers; place tensor '" + name + "' on the CPU, or cast it)";
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;

@@ -58,6 +58,13 @@ class Status {
 // initialized: call tfring.init() before <what>".
 Status NotInitialized(const std::string& what);
 
+// Errors that more than one layer catches (a TF kernel, an XLA lowering), in one wording:
+// `collective` given a scalar where it splits or gathers rows;
+std::string ScalarInputMessage(const std::string& collective, const std::string& name);
+// a 16-bit integer tensor in GPU memory, which NCCL cannot reduce (`dtype_name` is
+// DataTypeName's).
+std::string GpuInt16Message(const std::string& dtype_name, const std::string& name);
+
 }  // namespace tfring
 
 // Returns early from the enclosing function when `expr` is not OK.

@@ -196,8 +196,8 @@ class AllgatherOp : public AsyncOpKernel {
       if (!CheckDtype<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
         TFRING_FAIL_ASYNC(ctx,
-                          absl::InvalidArgumentError("allgather needs a tensor of rank >= 1; '" +
-                                                     e.request.name + "' is a scalar"),
+                          absl::InvalidArgumentError(
+                              ScalarInputMessage("allgather", e.request.name)),
                           done);
       }
       e.request.kind = CollectiveKind::kAllgather;
@@ -287,8 +287,8 @@ class ReducescatterOp : public AsyncOpKernel {
     }
     if (input.dims() == 0) {
       TFRING_FAIL_ASYNC(ctx,
-                        absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
-                                                   e.request.name + "' is a scalar"),
+                        absl::InvalidArgumentError(
+                            ScalarInputMessage("reducescatter", e.request.name)),
                         done);
     }
     OP_REQUIRES_OK_ASYNC(ctx, attrs_.Fill(CollectiveKind::kReducescatter, &e.request), done);
@@ -330,7 +330,7 @@ class AlltoallOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(ctx, set_.View(runtime.layout, name, &set_size, &position), done);
     std::string problem;
     if (input.dims() == 0) {
-      problem = "alltoall needs a tensor of rank >= 1; '" + name + "' is a scalar";
+      problem = ScalarInputMessage("alltoall", name);
     } else if (splits.dims() != 1 || splits.NumElements() != set_size) {
       problem = "alltoall '" + name + "': splits must be a vector of one row count per rank (" +
                 std::to_string(set_size) + "); got shape " + splits.shape().DebugString();

@@ -59,10 +59,7 @@ bool CheckDtype(OpKernelContext* ctx, const std::string& name, const Tensor& t,
     return false;
   }
   if (kOnGpu && (*dtype == DataType::kUInt16 || *dtype == DataType::kInt16)) {
-    ctx->SetStatus(absl::InvalidArgumentError(
-        std::string("tfring does not support dtype ") + DataTypeName(*dtype) +
-        " in GPU memory (NCCL has no 16-bit integers; place tensor '" + name +
-        "' on the CPU, or cast it)"));
+    ctx->SetStatus(absl::InvalidArgumentError(GpuInt16Message(DataTypeName(*dtype), name)));
     return false;
   }
   return true;

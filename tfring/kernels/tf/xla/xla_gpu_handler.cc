@@ -39,10 +39,7 @@ ffi::Error RunOnGpu(cudaStream_t stream, int32_t device, ffi::RemainingArgs args
   for (const Entry& e : entries) {
     const DataType dtype = e.request.dtype;
     if (dtype == DataType::kUInt16 || dtype == DataType::kInt16) {
-      return ffi::Error::InvalidArgument(
-          std::string("tfring does not support dtype ") + DataTypeName(dtype) +
-          " in GPU memory (NCCL has no 16-bit integers; cast tensor '" + e.request.name +
-          "', or place it on the CPU)");
+      return ffi::Error::InvalidArgument(GpuInt16Message(DataTypeName(dtype), e.request.name));
     }
   }
   const Status tied = TieToProducerStream(stream, device, &entries);

@@ -167,8 +167,7 @@ class XlaReducescatterOp : public XlaOpKernel {
     xla::Shape in;
     if (!RowMajorShape(ctx, 0, attrs_.name, &in)) return;
     OP_REQUIRES(ctx, in.dimensions_size() >= 1,
-                absl::InvalidArgumentError("reducescatter needs a tensor of rank >= 1; '" +
-                                           attrs_.name + "' is a scalar"));
+                absl::InvalidArgumentError(ScalarInputMessage("reducescatter", attrs_.name)));
     const ProcessLayout& layout = runtime.layout;
     int size = layout.size, position = layout.rank;
     if (!attrs_.process_set.empty()) {
