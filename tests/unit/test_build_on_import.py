@@ -14,8 +14,7 @@ import threading
 
 import pytest
 
-from tfring import _library
-from tfring.build import builder, toolchain
+from tfring.build import builder, on_import, toolchain
 
 BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -200,17 +199,17 @@ def test_a_waiter_gets_the_lock_when_the_builder_is_done(tmp_path):
 
 
 def test_a_waiter_fails_with_the_error_of_the_build_it_waited_for(tmp_path):
-    builder.write_json(str(tmp_path / _library.FAILURE_NAME),
+    builder.write_json(str(tmp_path / on_import.FAILURE_NAME),
                      {"error": "boom", "section": "GPU (NCCL)", "time": 100.0})
-    _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=200.0)  # an old one
+    on_import._raise_if_failed_while_waiting(str(tmp_path), waited_since=200.0)  # an old one
     with pytest.raises(builder.BuildError, match="(?s)building the same library failed.*boom"):
-        _library._raise_if_failed_while_waiting(str(tmp_path), waited_since=50.0)
+        on_import._raise_if_failed_while_waiting(str(tmp_path), waited_since=50.0)
 
 
 def test_build_md_sections_are_found_for_every_error():
     for section in ("When the build fails", "What it does", "GPU (NCCL)"):
-        assert len(_library.build_doc_section(section)) > 200, section
-    assert _library.build_doc_section("No such section") == ""
+        assert len(on_import.build_doc_section(section)) > 200, section
+    assert on_import.build_doc_section("No such section") == ""
 
 
 def test_the_sdist_carries_the_sources_and_build_md(tmp_path):
