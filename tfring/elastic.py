@@ -58,8 +58,15 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """What `run` calls after every reset, before the state's sync: `reset()`, then the
+        reset callbacks (Horovod's order)."""
+        self.reset()
         for callback in self._reset_callbacks:
             callback()
+
+    def reset(self):
+        """Horovod's hook for subclasses: resets objects and variables after a reset event
+        (workers lost, joined or left), before the state is synchronized. Does nothing here."""
 
     def commit(self):
         """Keeps the current state in host memory: what a failure rolls back to. Costs a copy
@@ -378,6 +385,9 @@ def run(func):
                 state.on_reset()
             try:
                 if not skip_sync:
+                    # --reset-limit counts the job's resets, not this process's: a worker
+                    # that has just joined (at this same sync) takes rank 0's count.
+                    resets = state._bcast_object(resets)
                     state.sync()
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt as e:

@@ -180,15 +180,16 @@ def parse_args(argv):
     elastic = p.add_argument_group(
         "elastic training (tfring.elastic; docs/elastic.md), under MPI's fault tolerance "
         "(Open MPI's --with-ft ulfm): workers may be lost, and join from host discovery")
-    elastic.add_argument("--min-np", type=int,
-                         help="fewest workers to go on with; below it every worker stops")
-    elastic.add_argument("--max-np", type=int,
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int,
+                         help="fewest workers to go on with; below it every worker stops "
+                              "(with --host-discovery-script: -np when not given)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int,
                          help="most workers host discovery may grow the job to")
     elastic.add_argument("--reset-limit", type=int,
                          help="most resets (workers lost or joined) the job goes through")
     elastic.add_argument("--host-discovery-script",
                          help="prints the hosts ('host:slots' lines), run every second")
-    elastic.add_argument("--slots", type=int,
+    elastic.add_argument("--slots", "--slots-per-host", dest="slots", type=int,
                          help="slots of a host the script prints without them (default 1)")
     elastic.add_argument("--elastic-timeout", type=int,
                          help="seconds to wait for --min-np workers (default 600)")
@@ -207,6 +208,10 @@ def parse_args(argv):
         if args.hostfile and not os.path.exists(args.hostfile):
             p.error(f"--hostfile {args.hostfile}: no such file")
         _check_elastic_args(p, args)
+        if args.host_discovery_script and args.min_np is None:
+            # horovodrun's elastic mode: the job may not shrink below -np (it waits up to
+            # --elastic-timeout for slots instead). Without -np there is nothing to default to.
+            args.min_np = args.np
         if args.min_np is not None and args.min_np < 1:
             p.error(f"--min-np must be at least 1. Received: {args.min_np}")
         if args.min_np is not None and args.np is not None and args.min_np > args.np:

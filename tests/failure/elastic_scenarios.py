@@ -150,6 +150,63 @@ def elastic_two_kills():
     _custom_loop({4: 3, 8: 2})  # of 4 workers
 
 
+def elastic_rank0_lost_uncommitted():
+    """3 workers commit every 3 batches; rank 0 dies after batch 4, so the survivors (old
+    ranks 1 and 2) are in batch 5's allreduce with batches 3 and 4 done but not committed:
+    they must roll back to the commit at batch 3 and do 3 and 4 again as 2. The reset hook
+    and callbacks print the new numbering at once; the callback then spoils the weights on
+    the new rank 1, which only the state's sync from the new rank 0 puts right. Each
+    survivor checks its weights against numpy's run of the schedule kept."""
+    import keras
+    from tfring import elastic
+
+    me = tfring.rank()  # as started
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(0.05)
+    opt.build(model.trainable_variables)
+    sizes_at_reset = []
+
+    class State(elastic.TensorFlowKerasState):
+        def reset(self):  # Horovod's hook: after the job is re-formed, before the callbacks
+            sizes_at_reset.append(tfring.size())
+            print(f"rank {me}: reset hook: now rank {tfring.rank()} of {tfring.size()}, local "
+                  f"rank {tfring.local_rank()} of {tfring.local_size()}", flush=True)
+
+    state = State(model, opt, batch=0)
+
+    def on_reset():
+        print(f"rank {me}: callback after the hook at batch {state.batch}", flush=True)
+        if tfring.rank() != 0:
+            for v in model.trainable_variables:
+                v.assign_add(tf.ones_like(v) * 100.0)
+
+    state.register_reset_callbacks([on_reset])
+    start = []
+
+    @elastic.run
+    def train(state):
+        if state.batch == 0:
+            start[:] = [w.numpy().copy() for w in model.trainable_variables]
+        while state.batch < 12:
+            if state.batch == 5 and me == 0:
+                say(f"killing myself at {time.time():.3f}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = batch_of(state.batch, tfring.rank())
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            grads = tfring.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            state.batch += 1
+            if state.batch % 3 == 0:
+                state.commit()
+
+    train(state)
+    schedule = [(3 if step < 3 else 2, step, 0.05) for step in range(12)]
+    report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
+           sizes_at_reset, me)
+    tfring.shutdown()
+
+
 def _discovered_loop(event):
     """A custom loop under tfringrun --host-discovery-script "cat $TFRING_TEST_HOSTS" whose
     job changes size: `event(batch)` (run by every worker before each batch) may rewrite

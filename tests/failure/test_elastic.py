@@ -42,6 +42,27 @@ def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
                 "was made before the job lost a worker") in out, out
 
 
+def test_rank_0_lost_after_uncommitted_steps_rolls_back_and_renumbers():
+    # Commits every 3 batches; rank 0 dies after batch 4, with batches 3 and 4 done but not
+    # committed. The survivors roll back to batch 3 and do 3 and 4 again as 2 (numpy's
+    # replay: 3 workers for batches 0-2, 2 from batch 3 on). Right after the reset, the
+    # hook (State.reset) and then the callbacks see the new numbering; the weights the
+    # callback spoils on the new rank 1 come back from the new rank 0 at the sync.
+    _, out, _ = run_scenario("elastic_rank0_lost_uncommitted", ranks=3, timeout=180,
+                             script="elastic_scenarios.py", mpirun_options=("--with-ft", "ulfm"))
+    assert re.search(r"rank 0: killing myself", out), out
+    weights = []
+    for old, new in ((1, 0), (2, 1)):
+        mine = [line for line in out.splitlines() if line.startswith(f"rank {old}: ")]
+        hook = mine.index(f"rank {old}: reset hook: now rank {new} of 2, local rank {new} of 2")
+        assert mine[hook + 1] == f"rank {old}: callback after the hook at batch 3", out
+        done = re.search(rf"rank {old}: finished at epoch - batch 12 as rank {new} of 2, resets "
+                         r"saw sizes \[2\], matches numpy: True, weights (.*)", out)
+        assert done, out
+        weights.append(done.group(1))
+    assert weights[0] == weights[1], out
+
+
 def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
     # TensorFlowState over a TF1 graph's variables and session, with the TF1
     # DistributedOptimizer: the same schedule and checks as the custom loop above.
@@ -165,13 +186,28 @@ def test_host_discovery_grows_the_job_from_2_to_3_then_takes_a_slot_back(tmp_pat
     assert "rank 2: finished" not in out, out
 
 
+def test_a_worker_that_joined_counts_the_jobs_resets(tmp_path):
+    # --reset-limit counts the job's resets, as Horovod's driver does: the worker that joined
+    # at the first reset takes that count from rank 0, so when the discovery then takes its
+    # slot back, it stops at the same reset as the two that were there from the start.
+    rc, out, _ = _discovered(tmp_path, "localhost:2\n", ["--max-np", "3", "--reset-limit", "1"],
+                             "elastic_grows_then_shrinks", 2)
+    assert rc != 0, out
+    assert "rank 2: started as rank 2 of 3" in out, out
+    message = "after 1 reset(s), and --reset-limit 1 allows no more; the job stops here"
+    assert out.count(message) == 3, out
+    assert "finished at" not in out and "leaves the job" not in out, out
+
+
 @pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
 def test_keras_fit_loses_a_worker_then_grows_with_the_same_weights(tmp_path, legacy):
     # tfring.keras.elastic as Horovod's Keras example uses it (KerasState, the commit, batch
     # and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run):
     # rank 2 dies mid-epoch; the 2 left roll back and go on; then the discovery's new host
     # gets a worker, which joins with the state (its optimizer's too) and fit goes on as 3.
-    rc, out, _ = _discovered(tmp_path, "localhost:3\n", [], "keras_fit", 3,
+    # --min-np 2: without it the floor is -np (3), and the 2 left would wait for the new
+    # worker before going on.
+    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "2"], "keras_fit", 3,
                              env={"TF_USE_LEGACY_KERAS": legacy})
     assert re.search(r"rank 2: killing myself", out), out
     assert out.count(f"rank 2: runs {'tf_keras' if legacy == '1' else 'Keras 3'}") == 2, out

@@ -1,7 +1,8 @@
 """Host discovery for elastic jobs, without a job: what tfringrun makes of the script's
-output (tfringrun/discovery.py), what the workers plan from it (tfring/_elastic_members.py)
-and the deadline of their MPI_Finalize at exit (tfring/_elastic_exit.py). The jobs that grow
-and shrink are in tests/failure/test_elastic.py."""
+output (tfringrun/discovery.py), what the workers plan from it (tfring/_elastic_members.py),
+the deadline of their MPI_Finalize at exit (tfring/_elastic_exit.py), and the order of
+tfring.elastic.run's steps after a reset. The jobs that grow and shrink are in
+tests/failure/test_elastic.py."""
 
 import io
 import json
@@ -160,3 +161,76 @@ def test_a_raising_worker_leaves_as_lost_only_under_fault_tolerance():
     assert _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "true"})
     assert not _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "0"})
     assert not _elastic_exit._fault_tolerant({})
+
+
+def _recorded_state(events, bcast=lambda obj: obj):
+    """A State whose hook, save, restore and sync only note in `events` that they ran;
+    `bcast` stands for the broadcast from rank 0."""
+    from tfring import elastic
+
+    class Recorded(elastic.State):
+        def reset(self):
+            events.append("reset hook")
+
+        def save(self):
+            events.append("save")
+
+        def restore(self):
+            events.append("restore")
+
+        def sync(self):
+            events.append("sync")
+
+    return Recorded(bcast_object=bcast, get_rank=lambda: 0)
+
+
+def _elastic_run_without_a_job(monkeypatch, events, environ=None):
+    """tfring.elastic with its reset (re-forming the job) and its finalize at exit replaced
+    by notes in `events`; the limits read `environ`."""
+    from tfring import elastic
+
+    monkeypatch.setattr(elastic._elastic_exit, "finalize_within_deadline_at_exit", lambda: None)
+    monkeypatch.setattr(elastic, "_reset_after_loss", lambda limits: events.append("re-form"))
+    for key in ("TFRING_ELASTIC_MIN_NP", "TFRING_ELASTIC_RESET_LIMIT", members.HOSTS_FILE):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in (environ or {}).items():
+        monkeypatch.setenv(key, value)
+    return elastic
+
+
+def test_a_lost_worker_rolls_back_then_reset_hook_then_callbacks_then_sync(monkeypatch):
+    # Horovod's order: restore to the last commit, re-form, State.reset() (the hook
+    # subclasses override), the reset callbacks, sync, the function again.
+    events = []
+    elastic = _elastic_run_without_a_job(monkeypatch, events)
+    state = _recorded_state(events)
+    state.register_reset_callbacks([lambda: events.append("callback")])
+
+    @elastic.run
+    def train(state):
+        events.append("train")
+        if events.count("train") == 1:
+            raise elastic.HorovodInternalError("lost rank 2")
+        return "done"
+
+    assert train(state) == "done"
+    assert events == ["sync", "train", "restore", "re-form", "reset hook", "callback", "sync",
+                      "train"]
+    assert elastic.State(bcast_object=None, get_rank=None).reset() is None  # a no-op there
+
+
+def test_the_reset_limit_counts_the_jobs_resets_from_rank_0(monkeypatch):
+    # A worker that joined after two resets has made none itself: at the sync it joins in,
+    # it takes rank 0's count, so that it stops at the same reset as the others.
+    events = []
+    elastic = _elastic_run_without_a_job(monkeypatch, events,
+                                         {"TFRING_ELASTIC_RESET_LIMIT": "2"})
+    state = _recorded_state(events, bcast=lambda obj: 2 if isinstance(obj, int) else obj)
+
+    @elastic.run
+    def train(state):
+        raise elastic.HorovodInternalError("lost rank 1")
+
+    with pytest.raises(elastic.JobCannotGoOn, match=r"after 2 reset\(s\), and --reset-limit 2"):
+        train(state)
+    assert "re-form" not in events

@@ -221,3 +221,34 @@ def test_elastic_limits_name_the_counts():
     unlimited.check_reset_allowed(100, ValueError("x"))
     with pytest.raises(ValueError, match="TFRING_ELASTIC_MIN_NP='two'"):
         _Limits({"TFRING_ELASTIC_MIN_NP": "two"})
+
+
+def test_discovery_min_np_defaults_to_np_as_horovodruns(tmp_path, monkeypatch):
+    # horovodrun's elastic mode takes --min-np to be -np when it is not given: the job waits
+    # for slots rather than shrinking below -np, at the start (here: 1 s) and after a loss.
+    args = _args("-np", "3", "--host-discovery-script", "d.sh", "python", "t.py")
+    assert args.min_np == 3 and launcher.settings_env(args)["TFRING_ELASTIC_MIN_NP"] == "3"
+    assert _args("-np", "3", "--min-np", "2", "--host-discovery-script", "d.sh",
+                 "python").min_np == 2
+    # tfring's own ways in, where horovodrun has no elastic mode, keep no floor: no -np (all
+    # the slots offered), fixed hosts with --reset-limit only.
+    assert _args("--host-discovery-script", "d.sh", "python").min_np is None
+    fixed = _args("-np", "3", "-H", "a:3", "--reset-limit", "2", "python")
+    assert fixed.min_np is None and "TFRING_ELASTIC_MIN_NP" not in launcher.settings_env(fixed)
+    from tfringrun import discovery
+    monkeypatch.setattr(discovery, "INTERVAL_SECONDS", 0.05)
+    answer = tmp_path / "answer"
+    answer.write_text("a:2\n")
+    args = _args("-np", "3", "--elastic-timeout", "1", "--host-discovery-script",
+                 f"cat {answer}", "python")
+    loop = discovery.DiscoveryLoop(args.host_discovery_script, str(tmp_path / "hosts.json"))
+    with pytest.raises(SystemExit, match=r"offered 2 slot\(s\) within --elastic-timeout 1 s, "
+                                         r"and the job needs 3 to start"):
+        launcher.start_discovered(args, loop)
+
+
+def test_horovodruns_spellings_of_the_elastic_flags():
+    args = _args("-np", "2", "--min-num-proc", "1", "--max-num-proc", "4", "--slots-per-host",
+                 "2", "--host-discovery-script", "d.sh", "python")
+    assert (args.min_np, args.max_np, args.slots) == (1, 4, 2)
+    assert _args("--slots", "3", "--host-discovery-script", "d.sh", "python").slots == 3
