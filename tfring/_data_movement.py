@@ -40,8 +40,9 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
         return []
     naming_ = naming.op_naming("grouped_allgather", name, tensors, ignore_name_scope)
     for i, t in enumerate(tensors):
-        check_dtype(t, GATHERABLE, "grouped_allgather", f"{naming_.display}.{i}")
-        check_not_scalar(t, "grouped_allgather", f"{naming_.display}.{i}")
+        display = naming.part_display(naming_.display, i, len(tensors))
+        check_dtype(t, GATHERABLE, "grouped_allgather", display)
+        check_not_scalar(t, "grouped_allgather", display)
     return run_op("tfring_grouped_allgather", naming_, tensors,
                    **process_set._op_kwargs("tfring.grouped_allgather"))
 

@@ -45,7 +45,7 @@ def check_supported(tensors, what, display):
                 "pass sparse_as_dense=True to the DistributedOptimizer or "
                 "DistributedGradientTape.")
         if t.dtype not in _FLOATS:
-            label = display if len(tensors) == 1 else f"{display}.{i}"
+            label = naming.part_display(display, i, len(tensors))
             raise TypeError(f"tfring.{what} with op=Adasum takes floating-point tensors only "
                             f"(float16, bfloat16, float32, float64); tensor '{label}' is "
                             f"{t.dtype.name}.")

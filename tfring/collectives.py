@@ -169,7 +169,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         sent = [c[0] for c in compressed]
         naming_ = naming.op_naming("grouped_allreduce", name, sent, ignore_name_scope)
         for i, t in enumerate(sent):
-            check_dtype(t, REDUCIBLE, "grouped_allreduce", f"{naming_.display}.{i}")
+            check_dtype(t, REDUCIBLE, "grouped_allreduce",
+                        naming.part_display(naming_.display, i, len(sent)))
         reduced = run_op("tfring_grouped_allreduce", naming_, sent, reduce_op=op,
                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                           cacheable=naming_.cacheable,

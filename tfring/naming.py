@@ -168,6 +168,13 @@ def created(naming):
     counts[key] = counts.get(key, 0) + 1
 
 
+def part_display(display, index, count):
+    """What messages call tensor `index` of an op of `count` tensors called `display`: a
+    grouped op's tensors are parts, written as the runtime writes a part's key
+    (tensor_key.cc, KeyString)."""
+    return display if count == 1 else f"{display}.{index}"
+
+
 def sub_name(name, suffix):
     """The name of one part of a composite operation named `name` (None stays None, so each
     part is named as an unnamed op on its own)."""
