@@ -12,7 +12,12 @@ the first ranks taking one element more), so blocks balance bytes, not variables
   3. an allgather of the blocks gives every rank the whole buffer, in rank order, which is
      split back into the model's variables.
 A reducescatter and an allgather move the bytes an allreduce moves (a ring allreduce is the
-two), one collective of each per group per step.
+two). A step submits one reducescatter per dtype and one grouped allgather (one op, one
+backend call) for all groups. The runtime reduces a reducescatter alone and of one dtype,
+so the groups of one dtype travel as one tensor of `size` rows, row r holding rank r's
+block of each group: the reducescatter hands rank r its row. A row is as long as the first rank's
+blocks; the others' are one element shorter where a buffer does not divide, and zeros fill
+them (a few elements per group more on the wire).
 """
 
 import zlib
@@ -55,14 +60,17 @@ class GroupLayout:
         self.padded = [-(-n // align) * align for n in self.sizes]
         self.offsets = np.cumsum([0] + self.padded[:-1]).tolist()
         self.total = int(sum(self.padded))
-        self.start, self.length = block_bounds(self.total, size)[rank]
+        self.bounds = block_bounds(self.total, size)  # every rank's (start, length)
+        self.start, self.length = self.bounds[rank]
 
-    def pieces(self):
+    def pieces(self, rank=None):
         """[(variable index, first element in it, count, padding)] of the variables in this
-        block, in order: `count` of the variable's elements, then `padding` zeros."""
-        out, end = [], self.start + self.length
+        rank's block (or `rank`'s), in order: `count` of the variable's elements, then
+        `padding` zeros."""
+        start, length = (self.start, self.length) if rank is None else self.bounds[rank]
+        out, end = [], start + length
         for j, (offset, n, padded) in enumerate(zip(self.offsets, self.sizes, self.padded)):
-            first, last = max(offset, self.start), min(offset + padded, end)
+            first, last = max(offset, start), min(offset + padded, end)
             if first < last:
                 count = max(0, min(last, offset + n) - first)
                 out.append((j, min(first - offset, n), count, last - first - count))
@@ -74,28 +82,39 @@ class GroupLayout:
         return np.concatenate([np.full(n + pad, j, np.int32) for j, _, n, pad in self.pieces()]
                               or [np.zeros(0, np.int32)])
 
-    def _with_padding(self, parts, pads):
-        """`parts` (flat tensors) end to end, each followed by its padding's zeros."""
+    @staticmethod
+    def _with_padding(parts, pads):
+        """`parts` (flat tensors), each followed by its padding's zeros, as a list."""
         out = []
         for part, pad in zip(parts, pads):
             out.append(part)
             if pad:
                 out.append(tf.zeros([pad], part.dtype))
-        if not out:
+        return out
+
+    def _concat(self, parts):
+        if not parts:
             return tf.zeros([0], self.dtype)
-        return out[0] if len(out) == 1 else tf.concat(out, axis=0)
+        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
 
     def flatten(self, tensors):
         """The group's buffer, from one tensor per variable."""
-        return self._with_padding([tf.reshape(t, [-1]) for t in tensors],
-                                  [p - n for p, n in zip(self.padded, self.sizes)])
+        return self._concat(self._with_padding(
+            [tf.reshape(t, [-1]) for t in tensors],
+            [p - n for p, n in zip(self.padded, self.sizes)]))
+
+    def block_parts(self, values, rank=None):
+        """This rank's block (or `rank`'s) of `values` (one tensor per variable of the
+        group), as a list of flat tensors to lay end to end."""
+        parts = []
+        for j, first, n, _ in self.pieces(rank):
+            flat = tf.reshape(values[j], [-1])
+            parts.append(flat if first == 0 and n == self.sizes[j] else flat[first:first + n])
+        return self._with_padding(parts, [pad for _, _, _, pad in self.pieces(rank)])
 
     def block_of(self, values):
         """This rank's block of `values` (one tensor per variable of the group)."""
-        pieces = self.pieces()
-        return self._with_padding(
-            [tf.reshape(values[j], [-1])[first:first + n] for j, first, n, _ in pieces],
-            [pad for _, _, _, pad in pieces])
+        return self._concat(self.block_parts(values))
 
     def unflatten(self, flat):
         """The group's buffer as one tensor per variable, shaped as it, each a view of the
@@ -127,6 +146,11 @@ class ShardedUpdate:
         self.members = [members[k] for k in keys]
         self.layouts = [GroupLayout([self.variables[i] for i in m], rank, size)
                         for m in self.members]
+        # The groups that travel as one tensor in the reducescatter: those of one dtype.
+        batches = {}
+        for g, layout in enumerate(self.layouts):
+            batches.setdefault(layout.dtype, []).append(g)
+        self.batches = list(batches.values())
         self._ids = {id(v) for v in self.variables}
         labels = [_gradients.variable_label(v, i) for i, v in enumerate(self.variables)]
         digest = zlib.crc32("|".join(labels).encode())
@@ -144,25 +168,54 @@ class ShardedUpdate:
         return [layout.block_of([values[i] for i in m])
                 for layout, m in zip(self.layouts, self.members)]
 
+    def _rows(self, grads, batch):
+        """The buffers of the groups of `batch` (one dtype) as `size` rows, row r holding
+        rank r's block of each group, zeros after a block shorter than the first rank's."""
+        parts = []
+        for r in range(self.size):
+            for g in batch:
+                layout = self.layouts[g]
+                parts += layout.block_parts([grads[i] for i in self.members[g]], r)
+                short = layout.bounds[0][1] - layout.bounds[r][1]
+                if short:
+                    parts.append(tf.zeros([short], layout.dtype))
+        flat = tf.concat(parts, axis=0) if parts else tf.zeros([0], self.layouts[batch[0]].dtype)
+        return tf.reshape(flat, [self.size, -1])
+
     def reduce_scatter(self, grads):
         """This rank's block of each group's gradient, reduced over the ranks."""
-        out = []
-        for g, (layout, m) in enumerate(zip(self.layouts, self.members)):
-            flat = layout.flatten([grads[i] for i in m])
-            sent, ctx = self._compression.compress(flat)
-            block = collectives.reducescatter(
-                sent, op=self._op, prescale_factor=self._prescale,
-                postscale_factor=self._postscale, name=f"{self._name}.block{g}.grad")
-            out.append(self._compression.decompress(block, ctx))
+        sent, contexts = [], []
+        for batch in self.batches:
+            if len(batch) == 1:
+                g = batch[0]
+                flat = self.layouts[g].flatten([grads[i] for i in self.members[g]])
+            else:
+                flat = self._rows(grads, batch)
+            tensor, ctx = self._compression.compress(flat)
+            sent.append(tensor)
+            contexts.append(ctx)
+        reduced = collectives.grouped_reducescatter(
+            sent, op=self._op, prescale_factor=self._prescale,
+            postscale_factor=self._postscale, name=f"{self._name}.grad")
+        out = [None] * len(self.layouts)
+        for batch, block, ctx in zip(self.batches, reduced, contexts):
+            block = self._compression.decompress(block, ctx)
+            if len(batch) == 1:
+                out[batch[0]] = block
+                continue
+            row, offset = tf.reshape(block, [-1]), 0
+            for g in batch:
+                out[g] = row[offset:offset + self.layouts[g].length]
+                offset += self.layouts[g].bounds[0][1]
         return out
 
     def allgather(self, blocks):
         """Every group's buffer from every rank's block, split into one value per variable
         (in the order of `variables`)."""
         out = [None] * len(self.variables)
-        for g, (layout, m, block) in enumerate(zip(self.layouts, self.members, blocks)):
-            flat = _data_movement.allgather(tf.convert_to_tensor(block),
-                                            name=f"{self._name}.block{g}.weights")
+        gathered = _data_movement.grouped_allgather(
+            [tf.convert_to_tensor(block) for block in blocks], name=f"{self._name}.weights")
+        for layout, m, flat in zip(self.layouts, self.members, gathered):
             # A rank that joined (tfring.join: uneven data) adds no block: say so, rather
             # than fail to split a short buffer.
             whole = tf.debugging.assert_equal(

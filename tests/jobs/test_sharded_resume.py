@@ -1,6 +1,6 @@
-"""A checkpoint of shard_optimizer_state=True saved at 2 ranks resumes at 3, sharded and
-unsharded, as the unsharded checkpoint does, and in a process without tfring
-(tests/jobs/_sharded_resume.py)."""
+"""A checkpoint of shard_optimizer_state=True saved at one number of ranks resumes at another
+(2 to 3 and 3 to 2 on Keras 3, 2 to 3 on tf_keras), sharded and unsharded, as the unsharded
+checkpoint does, and in a process without tfring (tests/jobs/_sharded_resume.py)."""
 
 import os
 import subprocess
@@ -8,29 +8,46 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+ENV.pop("TF_USE_LEGACY_KERAS", None)
+TF_KERAS = dict(ENV, TF_USE_LEGACY_KERAS="1")
 
 
-def _job(np_, *args):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(np_), sys.executable,
-                           os.path.join(HERE, "_sharded_resume.py"), *args],
-                          capture_output=True, text=True, timeout=240, env=env)
+def _run(command, env):
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     return out
 
 
-def test_saved_at_two_ranks_resumes_at_three(tmp_path):
-    out = _job(2, "save", str(tmp_path))
+def _job(np_, env, *args):
+    env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return _run([MPIRUN, "--oversubscribe", "-np", str(np_), sys.executable,
+                 os.path.join(HERE, "_sharded_resume.py"), *map(str, args)], env)
+
+
+def _assert_resumed(out, size):
+    for rank in range(size):
+        assert f"rank {rank}: resumed at {size} ranks, all four alike: True" in out, \
+            out[-4000:]
+
+
+def test_saved_at_one_rank_count_resumes_at_another(tmp_path):
+    at2, at3, tf_at2 = tmp_path / "at2", tmp_path / "at3", tmp_path / "tf_at2"
+    for folder in (at2, at3, tf_at2):
+        folder.mkdir()
+    out = _job(2, ENV, "save", at2)
     assert "rank 0: saved at 2 ranks" in out, out[-4000:]
-    out = _job(3, "resume", str(tmp_path))
-    for rank in range(3):
-        assert f"rank {rank}: resumed at 3 ranks, all four alike: True" in out, out[-4000:]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "_sharded_resume.py"), "without",
-                           str(tmp_path)], capture_output=True, text=True, timeout=240, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    assert ("without tfring: state as unsharded: True, resumed alike: True, tfring imported: "
-            "False") in out, out[-4000:]
+    out = _job(3, ENV, "resume", at2, at3)  # then saves at 3 ranks
+    _assert_resumed(out, 3)
+    assert "rank 0: saved at 3 ranks" in out, out[-4000:]
+    _assert_resumed(_job(2, ENV, "resume", at3), 2)
+    # tf_keras: TensorFlow checkpoints, from 2 ranks to 3.
+    out = _job(2, TF_KERAS, "save", tf_at2)
+    assert "rank 0: saved at 2 ranks" in out, out[-4000:]
+    _assert_resumed(_job(3, TF_KERAS, "resume", tf_at2), 3)
+    out = _run([sys.executable, os.path.join(HERE, "_sharded_resume.py"), "without",
+                str(at3), str(tf_at2)], ENV)
+    for flavour in ("Keras 3", "tf_keras"):
+        assert (f"without tfring ({flavour}): state as unsharded: True, resumed alike: True, "
+                "tfring imported: False") in out, out[-4000:]

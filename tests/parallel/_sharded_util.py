@@ -60,11 +60,34 @@ def _assert_same_on_every_rank(flat):
 
 def _compare(make_optimizer, rtol=1e-5, atol=1e-6, k=keras, **options):
     initial = _flat(_model(k).get_weights())
-    plain = _flat(_fit(make_optimizer, False, k=k, **options).get_weights())
-    sharded = _flat(_fit(make_optimizer, True, k=k, **options).get_weights())
+    plain_model = _fit(make_optimizer, False, k=k, **options)
+    sharded_model = _fit(make_optimizer, True, k=k, **options)
+    plain, sharded = _flat(plain_model.get_weights()), _flat(sharded_model.get_weights())
     assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
     np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)
     _assert_same_on_every_rank(sharded)
+    assert_state_is_a_block(plain_model.optimizer, sharded_model.optimizer)
+
+
+def state_elements(optimizer):
+    """The elements of an optimizer's state: its slots, the scalars (step counters, the
+    learning rate, a loss scale) aside. A slot of the model's one-element bias counts."""
+    variables = optimizer.variables
+    variables = variables() if callable(variables) else variables  # tf_keras's legacy
+    return sum(int(np.prod(v.shape)) for v in variables if len(v.shape) > 0)
+
+
+def assert_state_is_a_block(plain, sharded):
+    """Each rank holds about 1/N of the unsharded state (no silent fallback to unsharded):
+    every element of it on one rank only, in blocks that differ by an element per group."""
+    whole = state_elements(plain)
+    slots = whole // sum(SIZES)  # Adam's two moments, SGD's momentum, ...
+    assert whole == slots * sum(SIZES), whole
+    mine = state_elements(sharded)
+    total = int(tfring.allreduce(tf.constant(mine), op=tfring.Sum).numpy())
+    assert total == slots * PADDED_TOTAL, (mine, total, whole)
+    # Two groups at most here (AdamW: with weight decay, without).
+    assert abs(mine - slots * PADDED_TOTAL / tfring.size()) <= 2 * slots, (mine, whole)
 
 
 def _adamw(k=keras):
@@ -113,15 +136,81 @@ def check_loss_scale_skips_on_every_rank(rank, k, loss_scale_optimizer, apply, s
     _assert_same_on_every_rank(after)
 
 
-def check_accumulation_fp16_and_mixed_precision(k, loss_scale_optimizer):
-    """backward_passes_per_step, fp16 compression, and mixed precision under a
-    LossScaleOptimizer (loss_scale_optimizer(inner, initial_scale)): as unsharded."""
+def check_accumulation_and_mixed_precision(k, loss_scale_optimizer):
+    """backward_passes_per_step, and mixed precision under a LossScaleOptimizer
+    (loss_scale_optimizer(inner, initial_scale)): as unsharded."""
     _compare(lambda: k.optimizers.Adam(0.01), k=k, backward_passes_per_step=3)
-    _compare(lambda: k.optimizers.SGD(0.1, momentum=0.9), rtol=1e-3, atol=1e-4, k=k,
-             compression=tfring.Compression.fp16)
     k.mixed_precision.set_global_policy("mixed_float16")
     try:
         _compare(lambda: loss_scale_optimizer(k.optimizers.SGD(0.1, momentum=0.9), 2.0 ** 10),
                  rtol=1e-3, atol=1e-4, k=k)
     finally:
         k.mixed_precision.set_global_policy("float32")
+
+
+# fp16 compression: the gradients below lose DELTA when a rank casts them to float16 (a
+# quarter of a float16 step or less at their magnitude, 2**-6 to 2**-4), and their sums over
+# the ranks are multiples of 2**-8 small enough to be exact in float16 in any order: the
+# averaged gradient is known exactly with and without the rounding, whatever the order in
+# which an allreduce or a reducescatter adds.
+DELTA = 2.0 ** -18
+
+
+def _fp16_gradients(variables, rank, size):
+    """(this rank's gradients, their average after float16 rounding) for `variables`."""
+    rng = np.random.default_rng(11)  # the same on every rank
+    share = 1 if rank == 0 else (-1 if rank == size - 1 else 0)  # sums to 0 over the ranks
+    grads, rounded = [], []
+    for v in variables:
+        whole = rng.integers(6, 12, size=v.shape)  # in 2**-8: the average
+        part = rng.integers(0, 3, size=v.shape)  # what ranks 0 and N-1 add and take away
+        grads.append(tf.constant(((whole + share * part) * 2.0 ** -8 + DELTA)
+                                 .astype(np.float32)))
+        rounded.append((whole * 2.0 ** -8).astype(np.float32))
+    return grads, rounded
+
+
+def traced_nodes(function):
+    """The nodes of a traced tf.function's graph and of the functions it calls."""
+    graph_def = function.get_concrete_function().graph.as_graph_def()
+    return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+
+
+def check_fp16_compression(k, make_sgd, apply, build):
+    """compression=fp16 (make_sgd(): SGD at learning rate 1, no momentum): the sharded step
+    sends float16 (the reducescatter's dtype), and its update is the average of the rounded
+    gradients, exactly as the unsharded compressed allreduce's; without the rounding each
+    weight would move DELTA more. apply(optimizer, grads, variables); build(optimizer,
+    variables)."""
+    rank, size = tfring.rank(), tfring.size()
+    initial = _flat(_model(k).get_weights())
+    grads, rounded = _fp16_gradients(_model(k).trainable_variables, rank, size)
+    want = initial - _flat(rounded)  # float32, as SGD subtracts
+    results = {}
+    for sharded, compression in ((True, tfring.Compression.fp16),
+                                 (False, tfring.Compression.fp16),
+                                 (True, tfring.Compression.none)):
+        model = _model(k)
+        variables = model.trainable_variables
+        optimizer = tk.DistributedOptimizer(make_sgd(), shard_optimizer_state=sharded,
+                                            compression=compression)
+        build(optimizer, variables)
+
+        @tf.function
+        def step():
+            apply(optimizer, grads, variables)  # returns an op unsharded (legacy tf_keras)
+
+        step()
+        results[(sharded, compression)] = _flat(model.get_weights())
+        if sharded:
+            wire = [tf.as_dtype(n.attr["T"].type) for n in traced_nodes(step)
+                    if n.op == "TfringReducescatter"]
+            assert wire == [tf.float16 if compression is tfring.Compression.fp16
+                            else tf.float32], wire
+    # A float32 step (2**-24 to 2**-23 here) at most: well below DELTA.
+    tolerance = dict(rtol=0, atol=DELTA / 8)
+    np.testing.assert_allclose(results[(False, tfring.Compression.fp16)], want, **tolerance)
+    np.testing.assert_allclose(results[(True, tfring.Compression.fp16)], want, **tolerance)
+    np.testing.assert_allclose(results[(True, tfring.Compression.none)], want - DELTA,
+                               **tolerance)
+    _assert_same_on_every_rank(results[(True, tfring.Compression.fp16)])

@@ -1,7 +1,7 @@
 """Checkpoints of shard_optimizer_state=True (Keras 3): Keras's files and tf.train.Checkpoint
 hold the whole optimizer state, gathered, as the unsharded optimizer holds it, so that they
-resume sharded or not, at any number of ranks (tests/jobs/test_sharded_resume.py: 2 to 3),
-and with a plain Keras optimizer (without tfring's wrapper)."""
+resume sharded or not, at any number of ranks (tests/jobs/test_sharded_resume.py: 2 to 3
+and 3 to 2), and with a plain Keras optimizer (without tfring's wrapper)."""
 
 import warnings
 

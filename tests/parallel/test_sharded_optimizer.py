@@ -12,10 +12,10 @@ import tensorflow as tf
 import tfring
 import tfring.keras as tk
 
-from _sharded_util import BATCH, PADDED_TOTAL, STEPS, _assert_same_on_every_rank, _compare, \
-    block_size, _data, _fit, _flat, _model, check_accumulation_fp16_and_mixed_precision, \
-    check_loss_scale_skips_on_every_rank, clipping_optimizers, \
-    optimizers
+from _sharded_util import BATCH, PADDED_TOTAL, STEPS, _adamw, _assert_same_on_every_rank, \
+    _compare, block_size, _data, _fit, _flat, _model, assert_state_is_a_block, \
+    check_accumulation_and_mixed_precision, check_fp16_compression, \
+    check_loss_scale_skips_on_every_rank, clipping_optimizers, optimizers, traced_nodes
 
 
 @pytest.mark.parametrize("make_optimizer", optimizers()[0], ids=optimizers()[1])
@@ -44,9 +44,40 @@ def test_jit_compile_runs_the_step_without_xla_and_says_so():
                                rtol=1e-5, atol=1e-6)
 
 
-def test_accumulation_fp16_compression_and_mixed_precision():
-    check_accumulation_fp16_and_mixed_precision(
+def test_accumulation_and_mixed_precision():
+    check_accumulation_and_mixed_precision(
         keras, lambda inner, scale: keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale))
+
+
+def test_fp16_compression_sends_float16_and_rounds_as_unsharded():
+    check_fp16_compression(keras, lambda: keras.optimizers.SGD(1.0),
+                           lambda opt, grads, variables: opt.apply(grads, variables),
+                           lambda opt, variables: opt.build(variables))
+
+
+def test_a_step_issues_one_grouped_reducescatter_and_one_grouped_allgather(rank):
+    """AdamW with the biases excluded from decay: two groups of float32, one reducescatter
+    (the groups as rows of one tensor) and one grouped allgather; as unsharded."""
+    rng = np.random.default_rng(rank)
+    results = {}
+    for sharded in (False, True):
+        model = _model()
+        variables = model.trainable_variables
+        optimizer = tk.DistributedOptimizer(_adamw(), shard_optimizer_state=sharded)
+        optimizer.build(variables)
+        grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in variables]
+        step = tf.function(lambda: optimizer.apply(grads, variables))
+        step()
+        step()
+        results[sharded] = (_flat(model.get_weights()), optimizer)
+        rng = np.random.default_rng(rank)  # the same gradients again
+    ops = [n.op for n in traced_nodes(step)]
+    assert len(optimizer._sharded.update.layouts) == 2
+    assert ops.count("TfringReducescatter") == 1, ops
+    assert ops.count("TfringGroupedAllgather") == 1 and "TfringAllgather" not in ops, ops
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(results[True][0])
+    assert_state_is_a_block(results[False][1], results[True][1])
 
 
 def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
@@ -94,13 +125,16 @@ def test_refusals_say_why():
     opt = tk.DistributedOptimizer(sgd, shard_optimizer_state=True)
     with pytest.raises(ValueError, match="cannot keep a variable local"):
         opt.register_local_var(keras.Variable(1.0))
-    ema = keras.optimizers.SGD(0.1, use_ema=True)
-    model = _model()
-    model.compile(optimizer=tk.DistributedOptimizer(ema, shard_optimizer_state=True),
-                  loss="mse")
-    x, y = _data(tfring.rank())
-    with pytest.raises(ValueError, match="use_ema"):
-        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="cannot keep local_layers local"):
+        tk.PartialDistributedOptimizer(sgd, shard_optimizer_state=True,
+                                       local_layers=[keras.layers.Dense(2)])
+    # Known at construction, so refused there (and in a LossScaleOptimizer).
+    with pytest.raises(ValueError, match="does not support use_ema=True"):
+        tk.DistributedOptimizer(keras.optimizers.SGD(0.1, use_ema=True),
+                                shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="does not support use_ema=True"):
+        tk.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1, use_ema=True)), shard_optimizer_state=True)
 
 
 def test_a_step_while_a_rank_has_joined_fails_saying_so(rank, size):

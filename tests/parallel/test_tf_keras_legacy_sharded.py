@@ -21,7 +21,7 @@ import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 
 from _sharded_util import BATCH, _assert_same_on_every_rank, _data, _flat, \
-    block_size, check_loss_scale_skips_on_every_rank  # noqa: E402
+    block_size, check_fp16_compression, check_loss_scale_skips_on_every_rank  # noqa: E402
 import _sharded_util  # noqa: E402
 
 keras = tf.keras
@@ -62,6 +62,13 @@ def test_accumulation_counts_every_pass_as_unsharded(rank, size):
     # Adam's two moments, of this rank's block only (the counter and hyperparameters aside).
     state = [v for v in sharded.optimizer.variables() if int(np.prod(v.shape)) > 1]
     assert sum(int(np.prod(v.shape)) for v in state) == 2 * block_size(rank, size)
+
+
+def test_fp16_compression_sends_float16_and_rounds_as_unsharded():
+    check_fp16_compression(
+        keras, lambda: legacy.SGD(1.0),
+        lambda opt, grads, variables: opt.apply_gradients(zip(grads, variables)),
+        lambda opt, variables: opt._create_all_weights(variables))
 
 
 def test_mixed_precision_equals_unsharded_and_skips_on_every_rank(rank):

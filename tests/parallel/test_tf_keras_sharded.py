@@ -20,8 +20,9 @@ import tfring  # noqa: E402
 import tfring.keras as hvd  # noqa: E402
 
 from _sharded_util import BATCH, block_size, _assert_same_on_every_rank, _data, _flat, \
-    check_accumulation_fp16_and_mixed_precision, \
-    check_loss_scale_skips_on_every_rank, clipping_optimizers, optimizers  # noqa: E402
+    assert_state_is_a_block, check_accumulation_and_mixed_precision, \
+    check_fp16_compression, check_loss_scale_skips_on_every_rank, clipping_optimizers, \
+    optimizers, traced_nodes  # noqa: E402
 import _sharded_util  # noqa: E402
 
 keras = tf.keras
@@ -56,9 +57,41 @@ def test_equals_unsharded(make_optimizer):
     _compare(make_optimizer)
 
 
-def test_accumulation_fp16_compression_and_mixed_precision():
-    check_accumulation_fp16_and_mixed_precision(
+def test_accumulation_and_mixed_precision():
+    check_accumulation_and_mixed_precision(
         keras, lambda inner, scale: keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=scale))
+
+
+def test_fp16_compression_sends_float16_and_rounds_as_unsharded():
+    check_fp16_compression(
+        keras, lambda: keras.optimizers.SGD(1.0),
+        lambda opt, grads, variables: opt.apply_gradients(zip(grads, variables)),
+        lambda opt, variables: opt.build(variables))
+
+
+def test_a_step_issues_one_grouped_reducescatter_and_one_grouped_allgather(rank):
+    """AdamW with the biases excluded from decay: two groups of float32, one reducescatter
+    and one grouped allgather; as unsharded."""
+    results = {}
+    for sharded in (False, True):
+        model = _model()
+        variables = model.trainable_variables
+        optimizer = hvd.DistributedOptimizer(_sharded_util._adamw(keras),
+                                             shard_optimizer_state=sharded)
+        optimizer.build(variables)
+        rng = np.random.default_rng(rank)
+        grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in variables]
+        step = tf.function(lambda: optimizer.apply_gradients(zip(grads, variables)))
+        step()
+        step()
+        results[sharded] = (_flat(model.get_weights()), optimizer)
+    ops = [n.op for n in traced_nodes(step)]
+    assert len(optimizer._sharded.update.layouts) == 2
+    assert ops.count("TfringReducescatter") == 1, ops
+    assert ops.count("TfringGroupedAllgather") == 1 and "TfringAllgather" not in ops, ops
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(results[True][0])
+    assert_state_is_a_block(results[False][1], results[True][1])
 
 
 def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
@@ -104,6 +137,12 @@ def test_refusals_say_why():
     opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True)
     with pytest.raises(ValueError, match="cannot keep a variable local"):
         opt.register_local_var(tf.Variable(1.0))
+    with pytest.raises(ValueError, match="does not support use_ema=True"):
+        hvd.DistributedOptimizer(keras.optimizers.Adam(0.01, use_ema=True),
+                                 shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="cannot keep local_layers local"):
+        hvd.PartialDistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True,
+                                        local_layers=[keras.layers.Dense(2)])
 
 
 def _checkpoint_state(path):

@@ -77,3 +77,30 @@ def test_views_refuse_pieces_outside_the_buffer_or_unaligned():
         _library.ops().tfring_views(flat, offsets=[48], shapes=[[17]], N=1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="aligned"):
         _library.ops().tfring_views(flat, offsets=[3], shapes=[[2]], N=1)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_groups_of_one_dtype_travel_as_rows_of_one_tensor(size):
+    """Two groups of float32 (weight decay or not) and one of float64: the float32 groups
+    are one reducescatter's rows, row r holding rank r's block of each group (zeros after a
+    block shorter than the first rank's), so that the reducescatter hands each rank its
+    blocks; the float64 group goes as its buffer."""
+    vs = variables(np.float32)[:4] + variables(np.float64)[4:5] + variables(np.float32)[5:]
+    decayed = {id(v) for v in vs[::2]}
+    updates = [_sharded_state.ShardedUpdate(vs, r, size, "test",
+                                            group_of=lambda v: id(v) in decayed)
+               for r in range(size)]
+    float32_groups, float64_groups = updates[0].batches
+    assert len(float32_groups) == 2 and len(float64_groups) == 1
+    rows = updates[0]._rows(vs, float32_groups).numpy()
+    assert rows.shape[0] == size
+    for r, update in enumerate(updates):
+        row, offset = rows[r], 0
+        for g in float32_groups:
+            layout = update.layouts[g]
+            block = layout.block_of([vs[i] for i in update.members[g]]).numpy()
+            longest = layout.bounds[0][1]
+            np.testing.assert_array_equal(row[offset:offset + layout.length], block)
+            assert not row[offset + layout.length:offset + longest].any()
+            offset += longest
+        assert offset == len(row)

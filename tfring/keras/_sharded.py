@@ -72,6 +72,7 @@ class ShardedKerasState:
 
     def __init__(self, inner, kind, compression, op, gradient_predivide_factor,
                  new_variable=keras_variable):
+        _refuse_ema(inner, kind)  # known now: refused at construction, not at the first step
         self.inner = self._inner = inner
         self._new_variable = new_variable
         self._kind = kind
@@ -168,11 +169,7 @@ class ShardedKerasState:
         return self.checkpoint.saved_count()
 
     def _refuse(self, variables):
-        inner = self._inner
-        if getattr(inner, "use_ema", False):
-            raise ValueError(f"{self._kind}: shard_optimizer_state=True does not support "
-                             "use_ema=True yet (the moving averages would be blocks, and "
-                             "finalize_variable_values writes whole variables).")
+        _refuse_ema(self._inner, self._kind)  # set on the optimizer since, say
         for v in variables:
             if getattr(v, "overwrite_with_gradient", False):
                 raise ValueError(f"{self._kind}: variable '{v.name}' is overwritten with its "
@@ -270,6 +267,13 @@ class ShardedKerasState:
     def all_finite(self, finite):
         """One answer for all ranks: whether every rank's block of the gradients is finite."""
         return self.update.min_over_ranks(tf.cast(finite, tf.int32), "finite") > 0
+
+
+def _refuse_ema(inner, kind):
+    if getattr(inner, "use_ema", False):
+        raise ValueError(f"{kind}: shard_optimizer_state=True does not support use_ema=True "
+                         "yet (the moving averages would be blocks, and "
+                         "finalize_variable_values writes whole variables).")
 
 
 def _store(store, values):

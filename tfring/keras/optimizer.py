@@ -112,21 +112,28 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 gradient_predivide_factor=1.0, op=collectives.Average,
                                 backward_passes_per_step=1, average_aggregated_gradients=False,
                                 groups=None, process_set=global_process_set,
-                                scale_local_gradients=True, local_layers=None):
+                                scale_local_gradients=True, local_layers=None,
+                                shard_optimizer_state=False):
     """A DistributedOptimizer that leaves the gradients of `local_layers` (Keras layers:
     one, or a list) unreduced, as Horovod's: each rank trains those layers on its own data
     (their gradients divided by the set's size when scale_local_gradients is on). Give the
     same layers' variables to BroadcastGlobalVariablesCallback(local_variables=...) to keep
-    their initial values local too."""
+    their initial values local too. shard_optimizer_state=True is refused with local layers."""
     from tfring.gradient_tape import _local_layers
     layers = _local_layers(local_layers)
+    if shard_optimizer_state and layers:
+        raise ValueError("PartialDistributedOptimizer: shard_optimizer_state=True cannot keep "
+                         "local_layers local: every rank updates a block of every variable "
+                         "with the gradient reduced over all ranks, so no rank's gradient of "
+                         "a layer stays its own. Use one or the other.")
     distributed = DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
         compression=compression, sparse_as_dense=sparse_as_dense,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-        process_set=process_set, scale_local_gradients=scale_local_gradients)
+        process_set=process_set, scale_local_gradients=scale_local_gradients,
+        shard_optimizer_state=shard_optimizer_state)
     for layer in layers:
         for variable in layer.trainable_weights:
             distributed.register_local_var(variable)
@@ -259,7 +266,7 @@ class _DistributedMixin:
                  else self._sharded.saved_count())
         unused = len(self._variables) - len(own)
         if unused and len(values) == unused + len(own) + inner:
-            values = values[unused:]  # a file of tfring before 2026-11-27: those came first
+            values = values[unused:]  # a file that also saved the unused ones, first: skip them
         if len(values) != len(own) + inner and self._sharded is None:
             warnings.warn(  # as Keras's own optimizers do
                 f"Skipping variable loading for optimizer '{self.name}', because it has "
