@@ -25,7 +25,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from tfring import _data_movement, _gradients, _library, collectives
+from tfring import _data_movement, _gradients, _library, _xla, collectives
 from tfring.compression import Compression
 
 
@@ -118,9 +118,18 @@ class GroupLayout:
 
     def unflatten(self, flat):
         """The group's buffer as one tensor per variable, shaped as it, each a view of the
-        buffer's memory (TfringViews, see ALIGN_BYTES)."""
+        buffer's memory (TfringViews, see ALIGN_BYTES). Under XLA, slices: XLA places its
+        own buffers, and TfringViews has no lowering."""
+        if _xla.in_xla_context():
+            return [tf.reshape(flat[offset:offset + n], shape) for offset, n, shape
+                    in zip(self.offsets, self.sizes, self.shapes)]
         return _library.ops().tfring_views(flat, offsets=self.offsets, shapes=self.shapes,
                                            N=len(self.shapes))
+
+    def placed(self, block):
+        """This rank's block in a buffer of the group's size, zeros elsewhere: every rank's,
+        summed, is the whole buffer, exactly (each element is one rank's value plus zeros)."""
+        return tf.pad(block, [[self.start, self.total - self.start - self.length]])
 
 
 class ShardedUpdate:
@@ -213,8 +222,15 @@ class ShardedUpdate:
         """Every group's buffer from every rank's block, split into one value per variable
         (in the order of `variables`)."""
         out = [None] * len(self.variables)
-        gathered = _data_movement.grouped_allgather(
-            [tf.convert_to_tensor(block) for block in blocks], name=f"{self._name}.weights")
+        blocks = [tf.convert_to_tensor(block) for block in blocks]
+        if _xla.in_xla_context():
+            # An allgather's output shape depends on the other ranks, so it has no XLA
+            # lowering; a sum of the placed blocks gives the same buffer (twice the bytes).
+            gathered = collectives.grouped_allreduce(
+                [layout.placed(block) for layout, block in zip(self.layouts, blocks)],
+                op=collectives.Sum, name=f"{self._name}.weights")
+        else:
+            gathered = _data_movement.grouped_allgather(blocks, name=f"{self._name}.weights")
         for layout, m, flat in zip(self.layouts, self.members, gathered):
             # A rank that joined (tfring.join: uneven data) adds no block: say so, rather
             # than fail to split a short buffer.

@@ -62,6 +62,8 @@ def _compare(make_optimizer, rtol=1e-5, atol=1e-6, k=keras, **options):
     initial = _flat(_model(k).get_weights())
     plain_model = _fit(make_optimizer, False, k=k, **options)
     sharded_model = _fit(make_optimizer, True, k=k, **options)
+    if options.get("jit_compile"):
+        assert plain_model.jit_compile and sharded_model.jit_compile
     plain, sharded = _flat(plain_model.get_weights()), _flat(sharded_model.get_weights())
     assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
     np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)

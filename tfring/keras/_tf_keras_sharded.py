@@ -143,7 +143,7 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
 
     def apply_gradients(grads_and_vars, name=None, skip_gradients_aggregation=False,
                         **kwargs):
-        _xla.check_sharded_not_in_xla("tfring.keras.DistributedOptimizer (tf_keras, sharded)")
+        _xla.check_not_in_xla("tfring.keras.DistributedOptimizer (tf_keras, sharded)")
         kwargs.pop("experimental_aggregate_gradients", None)
         pairs = list(grads_and_vars)
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]

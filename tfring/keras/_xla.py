@@ -22,21 +22,9 @@ from tfring import _xla
 _WARNED = set()
 
 
-_SHARDED_WITHOUT_XLA = ("shard_optimizer_state=True gathers the updated weights with "
-                        "allgather, which has no XLA lowering yet")
-
-
-def optimizer_without_xla(optimizer):
-    """Why `optimizer`'s step cannot run under XLA although tfring's ops can, or None."""
-    if getattr(optimizer, "_sharded", None) is not None:
-        return _SHARDED_WITHOUT_XLA
-    return None
-
-
-def install_keras_jit_guard(is_distributed, without_xla=lambda optimizer: None):
+def install_keras_jit_guard(is_distributed):
     """Makes Keras 3 resolve jit_compile to False for models with a tfring optimizer when
-    tfring's ops cannot run under XLA here, or when without_xla(optimizer) says why that
-    optimizer cannot (a reason, or None).
+    tfring's ops cannot run under XLA here.
 
     Returns False (and changes nothing) when this Keras has no such function to extend.
     """
@@ -54,10 +42,6 @@ def install_keras_jit_guard(is_distributed, without_xla=lambda optimizer: None):
             if not _xla.available():
                 _warn_once(model, "tfring.keras.DistributedOptimizer")
                 return False
-            reason = without_xla(optimizer)
-            if reason:
-                _warn_once(model, "tfring.keras.DistributedOptimizer", reason)
-                return False
         return original(model)
 
     model_supports_jit._tfring_guard = True
@@ -65,22 +49,19 @@ def install_keras_jit_guard(is_distributed, without_xla=lambda optimizer: None):
     return True
 
 
-def _warn_once(model, who, reason=None):
+def _warn_once(model, who):
     key = id(model)
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(f"{who}: jit_compile (XLA) is off for model '{model.name}': "
-                      f"{reason or _xla.why_unavailable()}, so its train step runs as a "
+                      f"{_xla.why_unavailable()}, so its train step runs as a "
                       "tf.function without XLA.", stacklevel=2)
 
 
 def disable_jit_compile(model, who):
     """Turns off `model.jit_compile` (Keras 3 and tf_keras) if it is on and tfring's ops
-    cannot run under XLA here, or its optimizer's step cannot; warns once."""
-    if model is None:
-        return
-    reason = optimizer_without_xla(getattr(model, "optimizer", None))
-    if _xla.available() and reason is None:
+    cannot run under XLA here; warns once."""
+    if model is None or _xla.available():
         return
     try:
         enabled = bool(getattr(model, "jit_compile", False))
@@ -93,7 +74,7 @@ def disable_jit_compile(model, who):
     for attr in ("train_function", "test_function", "predict_function"):
         if getattr(model, attr, None) is not None:
             setattr(model, attr, None)
-    _warn_once(model, who, reason)
+    _warn_once(model, who)
 
 
 def check_not_in_xla(what):
@@ -105,14 +86,3 @@ def check_not_in_xla(what):
             f"{_xla.why_unavailable()}. Compile the model with jit_compile=False, or pass "
             "tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0) to fit(), which "
             "turns XLA off for the step.")
-
-
-def check_sharded_not_in_xla(what):
-    """Raises a clear error when a sharded step (shard_optimizer_state=True) is traced into
-    an XLA-compiled function: its allgather has no XLA lowering."""
-    if _xla.in_xla_context():
-        raise RuntimeError(
-            f"{what} was traced inside an XLA-compiled function (jit_compile=True): "
-            f"{_SHARDED_WITHOUT_XLA}. Compile the model with jit_compile=False, "
-            "or pass tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0) to fit(), "
-            "which turns XLA off for the step.")

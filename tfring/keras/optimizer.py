@@ -216,7 +216,6 @@ class _DistributedMixin:
             self.built = True
         _xla.check_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
         if self._sharded is not None:
-            _xla.check_sharded_not_in_xla(f"tfring.keras.DistributedOptimizer '{self.name}'")
             sparse = self._reduce_options["sparse_as_dense"]
 
             def reduce_and_apply(grads):
@@ -478,7 +477,7 @@ def is_distributed(optimizer):
     return isinstance(optimizer, _DistributedMixin) or _tf_keras.is_distributed(optimizer)
 
 
-_xla.install_keras_jit_guard(is_distributed, _xla.optimizer_without_xla)
+_xla.install_keras_jit_guard(is_distributed)
 
 
 def broadcast_global_variables(root_rank):
