@@ -28,20 +28,9 @@ import tensorflow as tf
 
 from tfring import _elastic_exit, _init, process_sets, runtime
 from tfring._elastic_exit import JobCannotGoOn  # noqa: F401 (public here)
+from tfring.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
-
-
-class HorovodInternalError(RuntimeError):
-    """A collective failed because a worker was lost: `run` rolls back to the last commit."""
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """The set of workers changed: `run` re-forms the job and synchronizes the state."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the workers of the job changed")
-        self.skip_sync = skip_sync
 
 
 class State:

@@ -178,6 +178,17 @@ def test_horovod_build_and_helper_names():
         tfring.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", __file__, "mpi_lib")
 
 
+def test_elastic_exceptions_are_where_horovods_users_import_them():
+    # horovod.common.exceptions, horovod.tensorflow.elastic, horovod.tensorflow.keras.elastic
+    from tfring.common import exceptions
+    import tfring.elastic
+    import tfring.keras.elastic
+    for name in ("HorovodInternalError", "HostsUpdatedInterrupt"):
+        assert getattr(exceptions, name) is getattr(tfring.elastic, name)
+        assert getattr(exceptions, name) is getattr(tfring.keras.elastic, name)
+    assert exceptions.HostsUpdatedInterrupt(skip_sync=True).skip_sync
+
+
 def test_tape_returns_a_list_for_a_tuple_of_sources_as_horovod():
     tfring.init()
     w, b = tf.Variable([1.0]), tf.Variable([2.0])

@@ -8,6 +8,7 @@ import types
 import tensorflow as tf
 
 import tfring
+import tfring.common.exceptions
 import tfring.elastic
 import tfring.keras
 import tfring.keras.callbacks
@@ -43,9 +44,10 @@ def _env_rank_and_size():
 util = _module("horovod.tensorflow.util", _executing_eagerly=_executing_eagerly,
                vars_to_refs=_horovod_util.vars_to_refs, refs_to_vars=_horovod_util.refs_to_vars)
 common = _module("horovod.common",
-                 exceptions=_module("horovod.common.exceptions",
-                                    HorovodInternalError=tfring.elastic.HorovodInternalError,
-                                    HostsUpdatedInterrupt=tfring.elastic.HostsUpdatedInterrupt),
+                 exceptions=_module(
+                     "horovod.common.exceptions",
+                     HorovodInternalError=tfring.common.exceptions.HorovodInternalError,
+                     HostsUpdatedInterrupt=tfring.common.exceptions.HostsUpdatedInterrupt),
                  util=_module("horovod.common.util",
                               is_version_greater_equal_than=(
                                   _horovod_util.is_version_greater_equal_than)))

@@ -1,0 +1,1 @@
+"""Names Horovod users import from `horovod.common` (its exceptions), at the same place."""
