@@ -1,5 +1,6 @@
 #include "tests/cpp/collective_util.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,7 @@
 
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/common/half.h"
+#include "tfring/kernels/common/logging.h"
 
 namespace tfring {
 namespace testing {
@@ -39,11 +41,11 @@ double Tolerance(DataType dtype) {
 }
 
 OpPtr NewOp(const std::string& name, DataType dtype, const Shape& shape,
-            const std::vector<double>& values, Placement where, Entry* e) {
+            std::vector<char> input, Placement where, Entry* e) {
   auto op = std::make_shared<Op>();
   op->name = name;
   op->dtype = dtype;
-  op->input = Encode(dtype, values);
+  op->input = std::move(input);
   e->request.key.name = name;
   e->request.dtype = dtype;
   e->request.shape = shape;
@@ -116,24 +118,59 @@ std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt
   return v;
 }
 
-double OverflowTestValue(DataType dtype, int rank, int64_t i) {
+int64_t OverflowTestInt(DataType dtype, int rank, int64_t i) {
   const int bits = static_cast<int>(DataTypeSize(dtype)) * 8;
-  const double k = static_cast<double>((rank * 5 + i * 3) % 7);  // 0..6
+  const int64_t k = (rank * 5 + i * 3) % 7;  // 0..6
   // Signed types: every fourth pair of elements negative on every rank, so that negative
   // sums and products overflow too.
-  const double sign = IsSigned(dtype) && i % 4 >= 2 ? -1 : 1;
+  const int64_t sign = IsSigned(dtype) && i % 4 >= 2 ? -1 : 1;
   if (i % 2 == 0) {
     // Three quarters of the type's largest value: a sum of two overflows.
-    return sign * (std::ldexp(3.0, bits - (IsSigned(dtype) ? 3 : 2)) + k);
+    return sign * ((int64_t{3} << (bits - (IsSigned(dtype) ? 3 : 2))) + k);
   }
   // About the square root of the type's range: a product of two overflows.
-  return sign * (std::ldexp(1.0, bits / 2) + k);
+  return sign * ((int64_t{1} << (bits / 2)) + k);
 }
 
-std::vector<double> OverflowTestValues(DataType dtype, int rank, int64_t count) {
-  std::vector<double> v(count);
-  for (int64_t i = 0; i < count; ++i) v[i] = OverflowTestValue(dtype, rank, i);
+std::vector<int64_t> OverflowTestInts(DataType dtype, int rank, int64_t count) {
+  std::vector<int64_t> v(count);
+  for (int64_t i = 0; i < count; ++i) v[i] = OverflowTestInt(dtype, rank, i);
   return v;
+}
+
+std::vector<char> EncodeInts(DataType dtype, const std::vector<int64_t>& values) {
+  std::vector<char> out(values.size() * DataTypeSize(dtype) + 1);  // +1: never a null data()
+  out.resize(values.size() * DataTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    switch (dtype) {
+      case DataType::kUInt8: Put<uint8_t>(&out, i, static_cast<uint8_t>(v)); break;
+      case DataType::kInt8: Put<int8_t>(&out, i, static_cast<int8_t>(v)); break;
+      case DataType::kUInt16: Put<uint16_t>(&out, i, static_cast<uint16_t>(v)); break;
+      case DataType::kInt16: Put<int16_t>(&out, i, static_cast<int16_t>(v)); break;
+      case DataType::kInt32: Put<int32_t>(&out, i, static_cast<int32_t>(v)); break;
+      case DataType::kInt64: Put<int64_t>(&out, i, v); break;
+      default: TFRING_CHECK(false) << "EncodeInts of " << DataTypeName(dtype);
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> DecodeInts(DataType dtype, const std::vector<char>& bytes) {
+  const size_t n = bytes.size() / DataTypeSize(dtype);
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DataType::kUInt8: out[i] = Get<uint8_t>(bytes, i); break;
+      case DataType::kInt8: out[i] = Get<int8_t>(bytes, i); break;
+      case DataType::kUInt16: out[i] = Get<uint16_t>(bytes, i); break;
+      case DataType::kInt16: out[i] = Get<int16_t>(bytes, i); break;
+      case DataType::kInt32: out[i] = Get<int32_t>(bytes, i); break;
+      case DataType::kInt64: out[i] = Get<int64_t>(bytes, i); break;
+      default: TFRING_CHECK(false) << "DecodeInts of " << DataTypeName(dtype);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -154,31 +191,54 @@ int64_t WrapTo(DataType dtype, uint64_t v) {
 
 std::vector<double> ExpectedAllreduceOf(DataType dtype, ReduceOp op, int size, int64_t count,
                                         const std::function<double(int, int64_t)>& value) {
+  if (!IsFloatingPoint(dtype)) {
+    const std::vector<int64_t> ints = ExpectedIntAllreduceOf(
+        dtype, op, size, count,
+        [&value](int rank, int64_t i) { return static_cast<int64_t>(value(rank, i)); });
+    return std::vector<double>(ints.begin(), ints.end());
+  }
   std::vector<double> out(count);
-  const bool integer = !IsFloatingPoint(dtype);
   for (int64_t i = 0; i < count; ++i) {
     double acc = value(0, i);
-    // Integers: sums and products in uint64, which wraps modulo 2^64 and so modulo 2^bits.
-    uint64_t wrapped = static_cast<uint64_t>(static_cast<int64_t>(acc));
     for (int r = 1; r < size; ++r) {
       const double v = value(r, i);
-      const uint64_t w = static_cast<uint64_t>(static_cast<int64_t>(v));
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAverage: acc += v; wrapped += w; break;
+        case ReduceOp::kAverage: acc += v; break;
         case ReduceOp::kMin: acc = std::min(acc, v); break;
         case ReduceOp::kMax: acc = std::max(acc, v); break;
-        case ReduceOp::kProduct: acc *= v; wrapped *= w; break;
+        case ReduceOp::kProduct: acc *= v; break;
       }
     }
-    if (integer && op != ReduceOp::kMin && op != ReduceOp::kMax) {
-      const int64_t held = WrapTo(dtype, wrapped);
-      // Average: the wrapped sum divided toward zero, in integers (exact for int64 too).
-      acc = static_cast<double>(op == ReduceOp::kAverage ? held / size : held);
-    } else if (op == ReduceOp::kAverage) {
-      acc /= size;
+    out[i] = op == ReduceOp::kAverage ? acc / size : acc;
+  }
+  return out;
+}
+
+std::vector<int64_t> ExpectedIntAllreduceOf(DataType dtype, ReduceOp op, int size,
+                                            int64_t count,
+                                            const std::function<int64_t(int, int64_t)>& value) {
+  std::vector<int64_t> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t extreme = value(0, i);
+    // Sums and products in uint64, which wraps modulo 2^64 and so modulo 2^bits.
+    uint64_t wrapped = static_cast<uint64_t>(extreme);
+    for (int r = 1; r < size; ++r) {
+      const int64_t v = value(r, i);
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAverage: wrapped += static_cast<uint64_t>(v); break;
+        case ReduceOp::kMin: extreme = std::min(extreme, v); break;
+        case ReduceOp::kMax: extreme = std::max(extreme, v); break;
+        case ReduceOp::kProduct: wrapped *= static_cast<uint64_t>(v); break;
+      }
     }
-    out[i] = acc;
+    if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
+      out[i] = extreme;
+    } else {
+      const int64_t held = WrapTo(dtype, wrapped);
+      out[i] = op == ReduceOp::kAverage ? held / size : held;  // toward zero, as tfring's
+    }
   }
   return out;
 }
@@ -217,8 +277,14 @@ OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, c
 OpPtr SubmitAllreduce(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
                       const Shape& shape, const std::vector<double>& values, ReduceOp op,
                       Placement where) {
+  return SubmitAllreduceOfBytes(enqueue, name, dtype, shape, Encode(dtype, values), op, where);
+}
+
+OpPtr SubmitAllreduceOfBytes(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
+                             const Shape& shape, std::vector<char> input, ReduceOp op,
+                             Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
+  OpPtr p = NewOp(name, dtype, shape, std::move(input), where, &e);
   e.request.kind = CollectiveKind::kAllreduce;
   e.request.reduce_op = op;
   p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer
@@ -232,7 +298,7 @@ OpPtr SubmitAllreduce(const EnqueueFn& enqueue, const std::string& name, DataTyp
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
+  OpPtr p = NewOp(name, dtype, shape, Encode(dtype, values), where, &e);
   e.request.kind = CollectiveKind::kAllgather;
   Op* raw = p.get();  // the done callback keeps it alive
   e.allocate_output = [raw, dtype](const Shape& s, void** buffer) {
@@ -249,7 +315,7 @@ OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, c
 OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, int root, Placement where) {
   Entry e;
-  OpPtr p = NewOp(name, dtype, shape, values, where, &e);
+  OpPtr p = NewOp(name, dtype, shape, Encode(dtype, values), where, &e);
   e.request.kind = CollectiveKind::kBroadcast;
   e.request.root_rank = root;
   p->output.reserve(p->input.size() + 1);  // never a null data(), as a framework's buffer

@@ -41,16 +41,22 @@ double TestValue(DataType dtype, int rank, int64_t i, int salt = 0);
 std::vector<double> TestValues(DataType dtype, int rank, int64_t count, int salt = 0);
 
 // Element i of rank `rank`'s input for an integer dtype, chosen so that sums and products
-// of two or more ranks overflow the dtype (exact as doubles for every width but int64,
-// whose large values the test reads through the nearest double).
-double OverflowTestValue(DataType dtype, int rank, int64_t i);
-std::vector<double> OverflowTestValues(DataType dtype, int rank, int64_t count);
+// of two or more ranks overflow the dtype; integers, so int64's are exact too.
+int64_t OverflowTestInt(DataType dtype, int rank, int64_t i);
+std::vector<int64_t> OverflowTestInts(DataType dtype, int rank, int64_t count);
+// Bytes of integer `values` as integer `dtype` holds them (the low bits), and back.
+std::vector<char> EncodeInts(DataType dtype, const std::vector<int64_t>& values);
+std::vector<int64_t> DecodeInts(DataType dtype, const std::vector<char>& bytes);
 
 // The allreduce over `size` ranks of `value(rank, i)`, as the dtype should hold it: integer
 // sums and products wrap modulo 2^bits, as TensorFlow's integer arithmetic does; Average on
 // integers is the wrapped sum divided toward zero.
 std::vector<double> ExpectedAllreduceOf(DataType dtype, ReduceOp op, int size, int64_t count,
                                         const std::function<double(int, int64_t)>& value);
+// The same for an integer dtype, in integers (exact at every width, int64 included).
+std::vector<int64_t> ExpectedIntAllreduceOf(DataType dtype, ReduceOp op, int size,
+                                            int64_t count,
+                                            const std::function<int64_t(int, int64_t)>& value);
 // The same for TestValues.
 std::vector<double> ExpectedAllreduce(DataType dtype, ReduceOp op, int size, int64_t count,
                                       int salt = 0);
@@ -70,6 +76,7 @@ struct Op {
   std::shared_future<Status> status = promise.get_future().share();
 
   std::vector<double> Result() const { return Decode(dtype, output); }
+  std::vector<int64_t> IntResult() const { return DecodeInts(dtype, output); }
 };
 using OpPtr = std::shared_ptr<Op>;
 
@@ -89,6 +96,10 @@ OpPtr SubmitAllreduce(const EnqueueFn& enqueue, const std::string& name, DataTyp
                       Placement where = {});
 OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, ReduceOp op, Placement where = {});
+// An allreduce of `input`, bytes already in `dtype` (EncodeInts, say).
+OpPtr SubmitAllreduceOfBytes(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
+                             const Shape& shape, std::vector<char> input, ReduceOp op,
+                             Placement where = {});
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, Placement where = {});
 OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
