@@ -197,9 +197,14 @@ def elastic_rank0_lost_uncommitted():
             grads = tfring.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
             state.batch += 1
+            if sizes_at_reset and not resumed:  # the recovery, kill to next step, measured
+                resumed.append(time.time())
+                print(f"rank {me}: first step after the reset done at {resumed[0]:.3f}",
+                      flush=True)
             if state.batch % 3 == 0:
                 state.commit()
 
+    resumed = []
     train(state)
     schedule = [(3 if step < 3 else 2, step, 0.05) for step in range(12)]
     report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
