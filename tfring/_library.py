@@ -71,6 +71,8 @@ def capi():
     lib.tfring_init.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int,
                                 ctypes.c_int64, ctypes.c_char_p, ctypes.c_int]
     lib.tfring_mpi_version.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.tfring_not_initialized_message.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                                   ctypes.c_int]
     lib.tfring_reduce_op_value.argtypes = [ctypes.c_char_p]
     lib.tfring_status_code_value.argtypes = [ctypes.c_char_p]
     lib.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,

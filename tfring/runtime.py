@@ -123,9 +123,11 @@ def is_initialized():
 
 
 def not_initialized(what):
-    """The ValueError (Horovod's type) for `what` asked before `init()`, in the words of
-    the library's own error (common/status.h, NotInitialized)."""
-    return ValueError(f"tfring has not been initialized: call tfring.init() before {what}")
+    """The ValueError (Horovod's type) for `what` asked before `init()`, with the library's
+    own message (common/status.h, NotInitialized)."""
+    out = ctypes.create_string_buffer(1024)
+    _library.capi().tfring_not_initialized_message(what.encode(), out, len(out))
+    return ValueError(out.value.decode())
 
 
 def _layout(fn_name, what):

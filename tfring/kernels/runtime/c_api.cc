@@ -6,6 +6,7 @@
 
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/build_config.h"
+#include "tfring/kernels/common/status.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 
 using tfring::GlobalRuntime;
@@ -102,6 +103,14 @@ int tfring_status_code_value(const char* name) {
     if (std::strcmp(known, "UNKNOWN") != 0 && std::strcmp(known, name) == 0) return v;
   }
   return -1;
+}
+
+// The message of the error for `what` asked before init() (common/status.h,
+// NotInitialized), so that Python's ValueError says it in the same words.
+void tfring_not_initialized_message(const char* what, char* out, int out_len) {
+  const std::string m = tfring::NotInitialized(what).message();
+  std::strncpy(out, m.c_str(), out_len - 1);
+  out[out_len - 1] = '\0';
 }
 
 }  // extern "C"
