@@ -15,9 +15,9 @@ A reducescatter and an allgather move the bytes an allreduce moves (a ring allre
 two). A step submits one reducescatter per dtype and one grouped allgather (one op, one
 backend call) for all groups. The runtime reduces a reducescatter alone and of one dtype,
 so the groups of one dtype travel as one tensor of `size` rows, row r holding rank r's
-block of each group: the reducescatter hands rank r its row. A row is as long as the first rank's
-blocks; the others' are one element shorter where a buffer does not divide, and zeros fill
-them (a few elements per group more on the wire).
+block of each group: the reducescatter hands rank r its row. A row is as long as the first
+rank's blocks; the others' are one element shorter where a buffer does not divide, and
+zeros fill them (a few elements per group more on the wire).
 """
 
 import zlib

@@ -92,6 +92,18 @@ def assert_state_is_a_block(plain, sharded):
     assert abs(mine - slots * PADDED_TOTAL / tfring.size()) <= 2 * slots, (mine, whole)
 
 
+def check_one_reducescatter_and_one_grouped_allgather(step, optimizer, results):
+    """AdamW's two groups: the traced sharded `step` holds one reducescatter and one grouped
+    allgather, and `results` ({sharded: (weights, optimizer)}) agree with unsharded."""
+    ops = [n.op for n in traced_nodes(step)]
+    assert len(optimizer._sharded.update.layouts) == 2
+    assert ops.count("TfringReducescatter") == 1, ops
+    assert ops.count("TfringGroupedAllgather") == 1 and "TfringAllgather" not in ops, ops
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(results[True][0])
+    assert_state_is_a_block(results[False][1], results[True][1])
+
+
 def _adamw(k=keras):
     opt = k.optimizers.AdamW(0.01, weight_decay=0.2)
     opt.exclude_from_weight_decay(var_names=["bias"])  # two groups: with decay, without
