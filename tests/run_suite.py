@@ -115,7 +115,7 @@ def visible_gpus():
 # --sanitize address|thread`; the Makefile's build does both). A report fails the test.
 SANITIZER_ENV = {
     # detect_leaks=0: MPI's own allocations. detect_stack_use_after_return: a pointer to a
-    # returned caller's stack (an eager driver's count of its op, Entry::drive_count).
+    # returned caller's stack (a submitter's OpCountdown kept past the op, op_countdown.h).
     "address": {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:detect_stack_use_after_return=1",
                 "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"},
     # Open MPI's UCX intercepts memory calls, which crashes under ThreadSanitizer.

@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
   // One op of `tensors` tensors; `eager` as the TF kernels set it.
   auto tfring_once = [&](bool eager) {
     std::vector<std::promise<Status>> done(tensors);
+    OpCountdown countdown(tensors);  // counted down before each promise is kept
     std::vector<Entry> entries(tensors);
     for (int t = 0; t < tensors; ++t) {
       Entry& e = entries[t];
@@ -178,9 +179,12 @@ int main(int argc, char** argv) {
       e.input = in + t * per_tensor * 4;
       e.output = out + t * per_tensor * 4;
       e.eager = eager;
-      e.done = [&done, t](const Status& s) { done[t].set_value(s); };
+      e.done = [&done, &countdown, t](const Status& s) {
+        countdown.CountDown();
+        done[t].set_value(s);
+      };
     }
-    coordinator->EnqueueAll(std::move(entries));
+    coordinator->EnqueueAll(std::move(entries), &countdown);
     for (auto& d : done) {
       const Status s = d.get_future().get();
       Check(s.ok(), "tfring allreduce: " + s.ToString());

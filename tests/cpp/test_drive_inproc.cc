@@ -4,6 +4,7 @@
 // carries on, to the stall error or the shutdown.
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,18 +17,22 @@ namespace tfring {
 namespace testing {
 namespace {
 
-// Submits an eager allreduce: `*on_caller` counts those whose done ran on this thread.
+// Submits an eager allreduce as a kernel does, with a countdown its done counts down (it
+// lives as long as the callback: the op may complete after Enqueue returns). `*on_caller`
+// counts those whose done ran on this thread.
 OpPtr SubmitEager(Coordinator* c, const std::string& name, int rank, int salt,
                   std::atomic<int>* on_caller = nullptr) {
   const std::thread::id caller = std::this_thread::get_id();
   return SubmitAllreduce(
       [c, caller, on_caller](Entry e) {
         e.eager = true;
-        e.done = [caller, on_caller, done = std::move(e.done)](const Status& s) {
+        auto countdown = std::make_shared<OpCountdown>(1);
+        e.done = [caller, on_caller, countdown, done = std::move(e.done)](const Status& s) {
           if (on_caller && std::this_thread::get_id() == caller) on_caller->fetch_add(1);
+          countdown->CountDown();
           done(s);
         };
-        c->Enqueue(std::move(e));
+        c->Enqueue(std::move(e), countdown.get());
       },
       name, DataType::kFloat32, {5}, TestValues(DataType::kFloat32, rank, 5, salt),
       ReduceOp::kSum);
@@ -94,10 +99,8 @@ TFRING_TEST(DriveInproc, ACallerWhosePeersNeverSubmitReturnsAndShutdownFailsItsO
 }
 
 TFRING_TEST(DriveInproc, AnOpHandedOverCompletesWhenItsPeerComesLate) {
-  // The driver gives up and returns (its count of the op's entries, on its stack, gone);
-  // the peer's op then comes, and the background thread completes the caller's op. Under
-  // AddressSanitizer (detect_stack_use_after_return, the suite's setting), a count left
-  // pointing at the returned drive would be caught here.
+  // The driver gives up and returns; the peer's op then comes, and the background thread
+  // completes the caller's op, counting down the submitter's countdown.
   InprocJob job(2, TestOptions());
   OpPtr early;
   job.OnEveryRank([&](int rank) {

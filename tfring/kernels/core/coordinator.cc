@@ -72,12 +72,6 @@ SteadyClock::duration Coordinator::cycle_time() const {
       std::chrono::duration<double, std::milli>(cycle_time_ms_.load(std::memory_order_relaxed)));
 }
 
-void Coordinator::ForgetDriveCount(const std::atomic<int>* remaining) {
-  pending_.ForEachEntry([remaining](Entry& e) {
-    if (e.drive_count == remaining) e.drive_count = nullptr;
-  });
-}
-
 std::string Coordinator::PrepareEntry(Entry* e) const {
   Request& r = e->request;
   std::vector<int32_t>& set = r.process_set;
@@ -100,13 +94,13 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
   return "";
 }
 
-void Coordinator::Enqueue(Entry entry) {
+void Coordinator::Enqueue(Entry entry, const OpCountdown* countdown) {
   std::vector<Entry> one;
   one.push_back(std::move(entry));
-  EnqueueAll(std::move(one));
+  EnqueueAll(std::move(one), countdown);
 }
 
-void Coordinator::EnqueueAll(std::vector<Entry> entries) {
+void Coordinator::EnqueueAll(std::vector<Entry> entries, const OpCountdown* countdown) {
   // The entries that pass stay where they are (in order, those after a failed one moved
   // up): no second vector, no second move of each entry.
   size_t kept = 0;
@@ -121,8 +115,8 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries) {
   }
   entries.erase(entries.begin() + kept, entries.end());
   if (entries.empty()) return;
-  if (entries[0].eager) {
-    driver_.Drive(std::move(entries));
+  if (entries[0].eager && countdown) {
+    driver_.Drive(std::move(entries), *countdown);
   } else if (intake_.Put(&entries)) {
     intake_.Wake();
   }
@@ -262,19 +256,17 @@ void Coordinator::Finish(const std::string& name, const Status& status) {
 
 void Coordinator::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
-  std::atomic<int>* const drive_count = it->second.entry.drive_count;
   timeline_.End(it->second.entry.request);
   pending_.by_name().erase(it);
-  Entry::Complete(done, drive_count, status);
+  done(status);
 }
 
 void Coordinator::FinishAtSlot(int slot, const Status& status) {
   Pending* p = pending_.AtSlot(slot);
   auto done = std::move(p->entry.done);
-  std::atomic<int>* const drive_count = p->entry.drive_count;
   timeline_.End(p->entry.request);
   pending_.EraseAtSlot(slot);  // where it is: no move of the entry
-  Entry::Complete(done, drive_count, status);
+  done(status);
 }
 
 void Coordinator::FailEverything(const Status& status) {
@@ -287,7 +279,7 @@ void Coordinator::FailEverything(const Status& status) {
   }
   send_order_.clear();
   for (std::vector<Entry>& op : queued) {
-    for (Entry& e : op) e.Complete(NamingTensor(status, e.request.name, rank_));
+    for (Entry& e : op) e.done(NamingTensor(status, e.request.name, rank_));
   }
 }
 

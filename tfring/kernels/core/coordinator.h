@@ -52,6 +52,7 @@
 #include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/negotiation_round.h"
 #include "tfring/kernels/core/negotiator.h"
+#include "tfring/kernels/core/op_countdown.h"
 #include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/response_cache.h"
 #include "tfring/kernels/core/set_executors.h"
@@ -94,10 +95,13 @@ class Coordinator : private CycleDriver::Cycles {
 
   void Start();
   // Thread-safe. If the coordinator is not running, calls entry.done(error) right away.
-  void Enqueue(Entry entry);
+  // An eager op's submitter that counts its entries' `done` calls in `countdown`
+  // (op_countdown.h) runs cycles on its own thread until the op is done, for a while
+  // (CycleDriver::Drive); without one, the background thread runs them.
+  void Enqueue(Entry entry, const OpCountdown* countdown = nullptr);
   // The tensors of one op, queued together: the cycle takes them all at once. A graph op's
   // several tensors (a grouped op) start without waiting for the burst to end.
-  void EnqueueAll(std::vector<Entry> entries);
+  void EnqueueAll(std::vector<Entry> entries, const OpCountdown* countdown = nullptr);
   // Asks every rank to stop at the next cycle, fails this rank's pending entries, and waits
   // for the background thread to end. Idempotent.
   void Shutdown();
@@ -134,7 +138,6 @@ class Coordinator : private CycleDriver::Cycles {
   Status RunCycle(bool* progress, bool* stop) override;  // the cycle, steps 1 to 4
   bool AnyPending() const override { return !pending_.empty(); }
   void FailEverything(const Status& status) override;
-  void ForgetDriveCount(const std::atomic<int>* remaining) override;
   SteadyClock::duration cycle_time() const override;
   void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
   // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or

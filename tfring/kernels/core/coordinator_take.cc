@@ -41,7 +41,7 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
   Entry& e = *entry;
   const std::string& name = e.request.name;  // an unnamed call's own, "unnamed.<n>"
   if (e.request.kind == CollectiveKind::kJoin && joined_) {
-    e.Complete(Status::FailedPrecondition("join() is already pending on rank " +
+    e.done(Status::FailedPrecondition("join() is already pending on rank " +
                                       std::to_string(rank_)));
     return;
   }
@@ -49,7 +49,7 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
   // says whether an entry of that name waits there already.
   const int named_slot = CachedByCallSite(e.request) ? -1 : NamedSlot(e);
   if ((named_slot >= 0 && pending_.AtSlot(named_slot)) || pending_.HasName(name)) {
-    e.Complete(Status::InvalidArgument(
+    e.done(Status::InvalidArgument(
         "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
         ": a second op with the same name was submitted before the first finished. Give "
         "each concurrent op its own name="));
@@ -67,7 +67,7 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
     return;
   }
   if (joined_) {
-    e.Complete(Status::FailedPrecondition(
+    e.done(Status::FailedPrecondition(
         "rank " + std::to_string(rank_) + " has joined (tfring.join) and cannot run '" + name +
         "' until every rank has joined"));
     return;

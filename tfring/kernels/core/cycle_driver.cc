@@ -156,7 +156,7 @@ bool CycleDriver::CycleOnce(bool* progress) {
   return false;
 }
 
-void CycleDriver::Drive(std::vector<Entry> entries) {
+void CycleDriver::Drive(std::vector<Entry> entries, const OpCountdown& countdown) {
   // The lock comes first, so that the background thread never finds these entries queued
   // with the lock free, and runs the cycle itself. It holds the lock for a moment when it
   // wakes on its timer, and for a cycle when it runs one (which the peers join soon): worth
@@ -165,12 +165,6 @@ void CycleDriver::Drive(std::vector<Entry> entries) {
   std::unique_lock<std::mutex> cycle(mutex_, std::defer_lock);
   const auto give_up = SteadyClock::now() + kLockWait;
   while (!t_in_cycle && !cycle.try_lock() && SteadyClock::now() < give_up) sched_yield();
-  // The op's entries not done yet: they complete only in cycles, which this thread runs
-  // while it holds the lock (Entry::drive_count).
-  std::atomic<int> remaining{static_cast<int>(entries.size())};
-  if (cycle.owns_lock()) {
-    for (Entry& e : entries) e.drive_count = &remaining;
-  }
   if (!intake_->Put(&entries)) return;
   if (!cycle.owns_lock()) {
     intake_->Wake();  // the thread running cycles takes them
@@ -179,16 +173,14 @@ void CycleDriver::Drive(std::vector<Entry> entries) {
   // At least one cycle, which takes this op's entries out of the intake (before the
   // deadline check: this thread may have been descheduled past it already).
   const auto deadline = SteadyClock::now() + kDriveFor;
+  // The op's entries complete only in cycles, which this thread runs while it holds the
+  // lock: the countdown can change under it only in CycleOnce.
   do {
     bool progress = false;
-    // Cycles end by failing every entry, this op's too: nothing then points at `remaining`.
-    if (!CycleOnce(&progress)) return;
-  } while (remaining.load(std::memory_order_acquire) > 0 && SteadyClock::now() < deadline);
-  const bool unfinished = remaining.load(std::memory_order_acquire) > 0;
-  if (unfinished) {  // the background thread finishes them, when `remaining` is gone
-    cycles_->ForgetDriveCount(&remaining);
-  }
-  const bool leftover = unfinished || cycles_->AnyPending();
+    if (!CycleOnce(&progress)) return;  // every entry failed, this op's too
+  } while (!countdown.finished() && SteadyClock::now() < deadline);
+  // The background thread completes what is left (the countdown outlives it).
+  const bool leftover = !countdown.finished() || cycles_->AnyPending();
   cycle.unlock();
   if (leftover) intake_->HandOver();  // the background thread carries on, at once
 }

@@ -31,6 +31,7 @@
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/negotiator.h"
+#include "tfring/kernels/core/op_countdown.h"
 
 namespace tfring {
 
@@ -59,9 +60,6 @@ class CycleDriver {
     virtual Status RunCycle(bool* progress, bool* stop) = 0;
     virtual bool AnyPending() const = 0;
     virtual void FailEverything(const Status& status) = 0;
-    // An eager caller stops driving with some of its op's entries still pending: they must
-    // no longer count down `remaining`, which lives on that caller's stack.
-    virtual void ForgetDriveCount(const std::atomic<int>* remaining) = 0;
     // The cycle time in force (the autotuner may change it).
     virtual SteadyClock::duration cycle_time() const = 0;
   };
@@ -72,8 +70,9 @@ class CycleDriver {
   void Start();  // the background thread
   void Join();   // after intake's RequestStop: waits for the background thread to end
   // Queues an eager op's entries (checked already) and runs cycles on this thread until
-  // they complete, or for a while, unless another thread keeps running cycles.
-  void Drive(std::vector<Entry> entries);
+  // `countdown`, which their `done` callbacks count down, is finished, or for a while,
+  // unless another thread keeps running cycles.
+  void Drive(std::vector<Entry> entries, const OpCountdown& countdown);
 
  private:
   void Loop();

@@ -66,22 +66,10 @@ struct Entry {
   // When the entry was made: for a TF op, when its kernel started (ComputeAsync makes its
   // entries first). The timeline's SUBMIT phase runs from here until the cycle takes it.
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
-  // Called exactly once, on the background thread (or on the caller's thread when the op
-  // fails before it is queued).
+  // Called exactly once: by whoever runs the cycle that completes the entry (cycle_driver.h),
+  // or on the submitter's thread when the op fails before it is queued. A submitter that
+  // passed an OpCountdown counts it down here (op_countdown.h).
   std::function<void(const Status&)> done;
-  // Set while an eager caller runs cycles for its op (CycleDriver::Drive): the
-  // count of the op's entries not done yet, on that caller's stack, so it knows when to
-  // stop. The caller clears it on entries still pending when it leaves. Null otherwise.
-  std::atomic<int>* drive_count = nullptr;
-
-  // Completes an entry: calls `done`, then counts down `drive_count`. For an entry erased
-  // before its callback runs, the callback and the count taken out of it first.
-  static void Complete(const std::function<void(const Status&)>& done,
-                       std::atomic<int>* drive_count, const Status& status) {
-    done(status);
-    if (drive_count) drive_count->fetch_sub(1, std::memory_order_release);
-  }
-  void Complete(const Status& status) { Complete(done, drive_count, status); }
 };
 
 }  // namespace tfring

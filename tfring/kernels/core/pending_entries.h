@@ -94,13 +94,6 @@ class PendingEntries {
       if (by_slot_[slot]) fn(slot, *by_slot_[slot]);
     }
   }
-  // Calls fn(entry) for every pending entry, held by name or by slot. `fn` must not place,
-  // take or erase entries.
-  template <typename Fn>
-  void ForEachEntry(Fn fn) {
-    for (auto& kv : by_name_) fn(kv.second.entry);
-    ForEachWaiting([&](int, Pending& p) { fn(p.entry); });
-  }
   // The slots that have a waiting entry, in order.
   std::vector<int> WaitingSlots() {
     std::vector<int> slots;

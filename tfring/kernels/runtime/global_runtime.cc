@@ -309,13 +309,13 @@ void GlobalRuntime::StopTimeline() {
   if (coordinator_) coordinator_->StopTimeline();
 }
 
-void GlobalRuntime::Enqueue(Entry entry) {
+void GlobalRuntime::Enqueue(Entry entry, const OpCountdown* countdown) {
   std::vector<Entry> one;
   one.push_back(std::move(entry));
-  EnqueueAll(std::move(one));
+  EnqueueAll(std::move(one), countdown);
 }
 
-void GlobalRuntime::EnqueueAll(std::vector<Entry> entries) {
+void GlobalRuntime::EnqueueAll(std::vector<Entry> entries, const OpCountdown* countdown) {
   std::shared_ptr<Coordinator> coordinator;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -329,7 +329,7 @@ void GlobalRuntime::EnqueueAll(std::vector<Entry> entries) {
     }
     return;
   }
-  coordinator->EnqueueAll(std::move(entries));
+  coordinator->EnqueueAll(std::move(entries), countdown);
 }
 
 

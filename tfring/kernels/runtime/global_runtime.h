@@ -54,9 +54,9 @@ class GlobalRuntime {
 
   // Queues `entry`, or fails it at once when the runtime is not initialized (for callers
   // without a Running: the C API's and the native tests').
-  void Enqueue(Entry entry);
+  void Enqueue(Entry entry, const OpCountdown* countdown = nullptr);
   // The tensors of one op, queued together (Coordinator::EnqueueAll).
-  void EnqueueAll(std::vector<Entry> entries);
+  void EnqueueAll(std::vector<Entry> entries, const OpCountdown* countdown = nullptr);
 
  private:
   GlobalRuntime();

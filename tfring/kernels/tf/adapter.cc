@@ -87,7 +87,7 @@ void KernelCompletion::EntryDone(const Status& s) {
     if (first_error_.ok()) first_error_ = s;
     failed_.store(true, std::memory_order_release);
   }
-  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  if (remaining_.CountDown()) {
     int expected = kWaiting;
     // Unless the kernel's thread is waiting, and completes it.
     if (!waiter_.compare_exchange_strong(expected, kHandedToWaiter,

@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/common/types.h"
+#include "tfring/kernels/core/op_countdown.h"
 
 namespace tfring {
 
@@ -46,6 +47,9 @@ class KernelCompletion {
                                   bool wait_inline);
   // The callback for each Entry::done (call once per pending entry).
   std::function<void(const Status&)> EntryCallback();
+  // The count those callbacks keep: an eager caller that runs cycles reads it
+  // (Coordinator::EnqueueAll). Alive until WaitInlineAndRelease at least.
+  const OpCountdown& countdown() const { return remaining_; }
   // Called once on the kernel's thread after every entry is queued: waits first if the
   // completion was created with wait_inline. The completion may be gone when it returns.
   void WaitInlineAndRelease();
@@ -60,7 +64,7 @@ class KernelCompletion {
 
   tensorflow::OpKernelContext* const context_;
   const tensorflow::AsyncOpKernel::DoneCallback done_;
-  std::atomic<int> remaining_;  // entries not done yet
+  OpCountdown remaining_;       // entries not done yet
   std::atomic<int> refs_;       // remaining_ + 1 until the kernel's thread lets go
   std::atomic<int> waiter_;
   std::atomic<bool> failed_{false};  // first_error_ is set: read without the lock

@@ -72,12 +72,12 @@ bool CheckCommon(OpKernelContext* ctx, const std::string& name, const Tensor& t,
   return AcquireRuntime(ctx, name, runtime) && CheckDtype<kOnGpu>(ctx, name, t, dtype);
 }
 
-// Hands `entries` (their done callbacks set) to `coordinator`, together; the reference is
-// dropped on return. A kernel on a GPU first ties each entry to TensorFlow's stream
+// Hands `entries` (their done callbacks set, which count down `countdown`) to
+// `coordinator`, together; the reference is dropped on return. A kernel on a GPU first ties each entry to TensorFlow's stream
 // (tf/gpu/gpu_entry.h), so the runtime reads the input only once its producer has written it.
 template <bool kOnGpu>
 void Submit(OpKernelContext* ctx, std::vector<Entry> entries,
-            std::shared_ptr<Coordinator> coordinator) {
+            std::shared_ptr<Coordinator> coordinator, const OpCountdown& countdown) {
 #if TFRING_WITH_NCCL
   if (kOnGpu) {
     const Status s = AttachToGpuStream(ctx, &entries);
@@ -87,7 +87,7 @@ void Submit(OpKernelContext* ctx, std::vector<Entry> entries,
     }
   }
 #endif
-  coordinator->EnqueueAll(std::move(entries));
+  coordinator->EnqueueAll(std::move(entries), &countdown);
 }
 
 // An op's process set (its "process_set" attribute: the members' ranks, ascending; empty
@@ -175,7 +175,8 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
     e.eager = eager;
     e.done = completion->EntryCallback();
   }
-  Submit<kOnGpu>(ctx, std::move(entries), std::move(runtime->coordinator));
+  Submit<kOnGpu>(ctx, std::move(entries), std::move(runtime->coordinator),
+                 completion->countdown());
   completion->WaitInlineAndRelease();
 }
 

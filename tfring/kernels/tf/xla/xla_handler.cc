@@ -70,20 +70,22 @@ class Completion {
     return [this](const Status& s) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!s.ok() && first_error_.ok()) first_error_ = s;
-      if (--pending_ == 0) all_done_.notify_all();
+      if (pending_.CountDown()) all_done_.notify_all();
     };
   }
+  // The count the callbacks keep, which the runtime reads while this thread runs cycles.
+  const OpCountdown& countdown() const { return pending_; }
 
   Status Wait() {
     std::unique_lock<std::mutex> lock(mutex_);
-    all_done_.wait(lock, [this] { return pending_ == 0; });
+    all_done_.wait(lock, [this] { return pending_.finished(); });
     return first_error_;
   }
 
  private:
   std::mutex mutex_;
   std::condition_variable all_done_;
-  int pending_;
+  OpCountdown pending_;
   Status first_error_;
 };
 
@@ -210,7 +212,7 @@ ffi::Error SubmitAndWait(std::vector<Entry> entries) {
       mine(s);
     }) : mine;
   }
-  GlobalRuntime::Get().EnqueueAll(std::move(entries));
+  GlobalRuntime::Get().EnqueueAll(std::move(entries), &completion.countdown());
   return ToFfiError(completion.Wait());
 }
 
