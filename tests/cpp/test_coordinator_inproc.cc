@@ -203,7 +203,7 @@ TFRING_TEST(CoordinatorInproc, AGroupWithABadTensorRunsTheOthers) {
       std::vector<Entry> entries;
       const EnqueueFn collect = [&entries](Entry e) { entries.push_back(std::move(e)); };
       const EnqueueFn collect_bad = [&entries](Entry e) {
-        e.request.process_set = {0, 0};  // not distinct: refused before it is queued
+        e.request.key.set = {0, 0};  // not distinct: refused before it is queued
         entries.push_back(std::move(e));
       };
       std::vector<OpPtr> ops;

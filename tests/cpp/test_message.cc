@@ -8,6 +8,11 @@ namespace {
 
 constexpr int kWorld = 8;  // the job the sample messages come from
 
+TensorKey InSet(TensorKey key, std::vector<int32_t> set) {
+  key.set = std::move(set);
+  return key;
+}
+
 std::vector<Request> SampleRequests() {
   Request a;
   a.key.name = "grad/dense_1/kernel:0";
@@ -24,20 +29,20 @@ std::vector<Request> SampleRequests() {
   b.root_rank = 2;
   b.shape = {};  // a scalar
   b.cacheable = false;
-  b.call_site = "train.py:42";
+  b.key.call_site = "train.py:42";
   Request c;
   c.key.unnamed = 12;  // an unnamed grouped call's second tensor
   c.key.part = 1;
   c.kind = CollectiveKind::kAllgather;
   c.shape = {0, 1LL << 40};
-  c.process_set = {0, 2, 5};
+  c.key.set = {0, 2, 5};
   Request d;  // a grouped allreduce's unit: tensors of two dtypes, packed as bytes
   d.key.name = "grads";
   d.dtype = DataType::kUInt8;
   d.shape = {192};
   d.parts = {{DataType::kFloat32, {3, 4}}, {DataType::kInt64, {}}, {DataType::kFloat16, {0}}};
   std::vector<Request> all = {a, b, c, d};
-  for (Request& q : all) q.name = KeyString(q.key, q.process_set);
+  for (Request& q : all) q.name = KeyString(q.key);
   return all;
 }
 
@@ -49,7 +54,7 @@ TFRING_TEST(Message, RequestsRoundTrip) {
   for (size_t i = 0; i < in.size(); ++i) {
     EXPECT_TRUE(out[i].SameSignature(in[i])) << "request " << i;
     EXPECT_TRUE(out[i].key == in[i].key) << "request " << i;
-    EXPECT_EQ(out[i].call_site, in[i].call_site);
+    EXPECT_EQ(out[i].key.call_site, in[i].key.call_site);
   }
   ASSERT_TRUE(DecodeRequests(EncodeRequests({}), 1, kWorld, &out).ok());
   EXPECT_TRUE(out.empty());
@@ -59,7 +64,7 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   ResponseList in;
   in.abort_message = "stalled: 'x'";
   Response a;
-  a.key = {"ag", -1, 2};
+  a.key = PartKey(NamedKey("ag"), 2);
   a.kind = CollectiveKind::kAllgather;
   a.dtype = DataType::kInt64;
   a.first_dims = {3, 0, 5};
@@ -72,10 +77,10 @@ TFRING_TEST(Message, ResponseListRoundTrip) {
   b.error = "Mismatched shapes for tensor 'b': rank 0 sent [2], rank 1 sent [3]";
   a.shared_call_site = "train.py:42";
   a.shape = {3, 4};
-  a.process_set = {1, 3};
+  a.key.set = {1, 3};
   a.joined = {3};
   in.responses = {a, b};
-  for (Response& r : in.responses) r.name = KeyString(r.key, r.process_set);
+  for (Response& r : in.responses) r.name = KeyString(r.key);
   ResponseList out;
   ASSERT_TRUE(DecodeResponseList(EncodeResponseList(in), kWorld, &out).ok());
   EXPECT_EQ(out.abort_message, in.abort_message);
@@ -108,8 +113,8 @@ TFRING_TEST(Message, UnitsCompareTheirPartsAndNameThem) {
   other = unit;
   other.parts.push_back({DataType::kFloat32, {1}});
   EXPECT_FALSE(other.SameButName(unit));
-  EXPECT_EQ(KeyString(PartKey(unit.key, 2), {}), "grads.2");
-  EXPECT_EQ(KeyString(PartKey(unit.key, 1), {0, 2}), "grads.1 [process set 0, 2]");
+  EXPECT_EQ(KeyString(PartKey(unit.key, 2)), "grads.2");
+  EXPECT_EQ(KeyString(InSet(PartKey(unit.key, 1), {0, 2})), "grads.1 [process set 0, 2]");
 }
 
 TFRING_TEST(Message, DamagedMessagesAreErrors) {
@@ -168,11 +173,11 @@ TFRING_TEST(Message, RanksOutsideTheJobAreErrors) {
   q.root_rank = 0;
   for (const std::vector<int32_t>& set : std::vector<std::vector<int32_t>>{
            {0, kWorld}, {-1, 2}, {3, 1}, {2, 2}}) {
-    q.process_set = set;
+    q.key.set = set;
     EXPECT_CONTAINS(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).message(),
                     "process set " + RankListString(set) + " are not ascending ranks");
   }
-  q.process_set = {0, 7};
+  q.key.set = {0, 7};
   EXPECT_TRUE(DecodeRequests(EncodeRequests({q}), 1, kWorld, &out).ok());
   ResponseList list;
   Response r;
@@ -233,7 +238,7 @@ TFRING_TEST(Message, SameSignatureComparesEveryField) {
   b.cacheable = false;
   EXPECT_FALSE(a.SameSignature(b));
   b = a;
-  b.process_set = {0, 1};
+  b.key.set = {0, 1};
   EXPECT_FALSE(a.SameSignature(b));
 }
 
@@ -244,23 +249,23 @@ TFRING_TEST(Message, AResponseCarriesItsRequestsSignature) {
     Request back = SignatureOf(r);
     back.cacheable = q.cacheable;
     EXPECT_TRUE(back.SameSignature(q)) << "'" << q.name << "'";
-    EXPECT_EQ(back.call_site, std::string()) << "the call site is not part of the signature";
+    EXPECT_EQ(back.key.call_site, std::string()) << "the call site is not part of the signature";
   }
 }
 
 TFRING_TEST(Message, OnlyLoneUnnamedEagerCallsAreCachedByCallSite) {
   Request q;
   q.key.unnamed = 12;
-  q.call_site = "train.py:42";
+  q.key.call_site = "train.py:42";
   EXPECT_TRUE(CachedByCallSite(q));
-  q.process_set = {0, 2};
+  q.key.set = {0, 2};
   EXPECT_TRUE(CachedByCallSite(q)) << "in a process set too";
   q.key.part = 1;
   EXPECT_FALSE(CachedByCallSite(q)) << "a grouped call's tensors share their call site";
-  q.key = TensorKey{"unnamed.12"};
+  q.key = NamedKey("unnamed.12");
   EXPECT_FALSE(CachedByCallSite(q)) << "a user's own name that looks like one";
   q.key.unnamed = 12;
-  q.call_site = "";
+  q.key.call_site = "";
   EXPECT_FALSE(CachedByCallSite(q)) << "no call site to cache it under";
   EXPECT_EQ(UnnamedCacheKey("train.py:42", {}), std::string("unnamed@train.py:42"));
   EXPECT_EQ(UnnamedCacheKey("train.py:42", {1, 2}),
@@ -268,18 +273,24 @@ TFRING_TEST(Message, OnlyLoneUnnamedEagerCallsAreCachedByCallSite) {
 }
 
 TFRING_TEST(Message, KeyStringsTellKeysApart) {
-  const TensorKey w{"w"};
-  EXPECT_EQ(KeyString(w, {}), std::string("w"));
-  EXPECT_EQ(KeyString(w, {0, 2}), std::string("w [process set 0, 2]"));
-  EXPECT_NE(KeyString(w, {0, 2}), KeyString(w, {1, 2}));
+  const TensorKey w = NamedKey("w");
+  EXPECT_EQ(KeyString(w), std::string("w"));
+  EXPECT_EQ(KeyString(InSet(w, {0, 2})), std::string("w [process set 0, 2]"));
+  EXPECT_NE(KeyString(InSet(w, {0, 2})), KeyString(InSet(w, {1, 2})));
+  EXPECT_FALSE(InSet(w, {0, 2}).SameOp(w)) << "the set is part of the key";
   TensorKey unnamed;
   unnamed.unnamed = 7;
-  EXPECT_EQ(KeyString(unnamed, {}), std::string("unnamed.7"));
-  EXPECT_EQ(KeyString(PartKey(unnamed, 0), {1, 2}), std::string("unnamed.7.0 [process set 1, 2]"));
+  EXPECT_EQ(KeyString(unnamed), std::string("unnamed.7"));
+  EXPECT_EQ(KeyString(InSet(PartKey(unnamed, 0), {1, 2})),
+            std::string("unnamed.7.0 [process set 1, 2]"));
+  TensorKey elsewhere = unnamed;
+  elsewhere.call_site = "train.py:9";
+  EXPECT_TRUE(elsewhere == unnamed) << "the call site does not tell calls apart";
+  EXPECT_EQ(KeyString(elsewhere), KeyString(unnamed));
   // A name that ends in digits is the op's own: not a grouped op's part.
-  const TensorKey dotted{"layer.1"};
+  const TensorKey dotted = NamedKey("layer.1");
   EXPECT_EQ(dotted.part, -1);
-  EXPECT_FALSE(dotted.SameOp(TensorKey{"layer"}));
+  EXPECT_FALSE(dotted.SameOp(NamedKey("layer")));
   EXPECT_TRUE(PartKey(w, 3).SameOp(w));
   EXPECT_TRUE(SetMembers({}, 3) == std::vector<int32_t>({0, 1, 2}));
   Response r;

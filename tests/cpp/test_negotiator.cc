@@ -22,13 +22,13 @@ SteadyClock::time_point At(double seconds) {
 Request Allreduce(const TensorKey& key, Shape shape = {2, 3}, std::vector<int32_t> set = {}) {
   Request r;
   r.key = key;
-  r.process_set = std::move(set);
-  r.name = KeyString(r.key, r.process_set);
+  r.key.set = std::move(set);
+  r.name = KeyString(r.key);
   r.shape = std::move(shape);
   return r;
 }
 Request Allreduce(const std::string& name, Shape shape = {2, 3}) {
-  return Allreduce(TensorKey{name}, std::move(shape));
+  return Allreduce(NamedKey(name), std::move(shape));
 }
 
 std::vector<std::string> Names(const std::vector<Response>& rs) {
@@ -92,9 +92,9 @@ TFRING_TEST(Negotiator, ResponseCarriesTheRequest) {
 TFRING_TEST(Negotiator, DriftedUnnamedCallsNameEachRanksCall) {
   // Unnamed eager calls pair by order: a mismatch between them says where each was made.
   Request a = Allreduce("unnamed.7");
-  a.call_site = "train.py:52";
+  a.key.call_site = "train.py:52";
   Request b = Allreduce("unnamed.7", {4});
-  b.call_site = "train.py:40";
+  b.key.call_site = "train.py:40";
   const Response r = NegotiateOne({a, b});
   EXPECT_CONTAINS(r.error, "Mismatched shapes for tensor 'unnamed.7'");
   EXPECT_CONTAINS(r.error, "Rank 0 made this call at train.py:52, rank 1 at train.py:40");
@@ -210,14 +210,14 @@ TFRING_TEST(Negotiator, DescribeStalledShortensLongLists) {
 
 TFRING_TEST(Negotiator, ProcessSetsCompleteWithTheirMembers) {
   Negotiator n(3);
-  Request a = Allreduce(TensorKey{"w"}, {2, 3}, {0, 2});
+  Request a = Allreduce(NamedKey("w"), {2, 3}, {0, 2});
   n.Add(0, a, At(0));
   EXPECT_TRUE(n.TakeReady().empty());
   n.Add(2, a, At(0));
   const auto ready = n.TakeReady();
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_TRUE(ready[0].ok()) << ready[0].error;
-  EXPECT_TRUE(ready[0].process_set == std::vector<int32_t>({0, 2}));
+  EXPECT_TRUE(ready[0].key.set == std::vector<int32_t>({0, 2}));
   // A mismatch inside a set names the set's ranks.
   Request b = a;
   b.shape = {7};
@@ -277,7 +277,7 @@ Request Unnamed(int64_t n, const std::string& site, int32_t part = -1,
   key.unnamed = n;
   key.part = part;
   Request r = Allreduce(key, {2, 3}, std::move(set));
-  r.call_site = site;
+  r.key.call_site = site;
   return r;
 }
 
@@ -294,7 +294,7 @@ TFRING_TEST(Negotiator, UnnamedCallsAtOneLineAreCachedByThatLine) {
   EXPECT_FALSE(r.cacheable) << "but no line is theirs to cache it under";
   EXPECT_EQ(r.shared_call_site, std::string());
   Request grouped = Allreduce("unnamed.4.1");
-  grouped.call_site = "train.py:7";
+  grouped.key.call_site = "train.py:7";
   grouped.cacheable = false;
   EXPECT_FALSE(NegotiateOne({grouped, grouped}).cacheable)
       << "a grouped call's tensors share one line";
@@ -346,8 +346,8 @@ TFRING_TEST(Negotiator, ADriftFailsEveryPartOfGroupedCallsAndWaitsCountPerRank) 
   for (int i = 0; i < 3; ++i) {
     n.Add(0, Unnamed(5, "a.py:3", i, {0, 1}), At(0));
   }
-  n.Add(1, Allreduce(PartKey(TensorKey{"grads.group0"}, 0)), At(3));
-  n.Add(1, Allreduce(PartKey(TensorKey{"grads.group0"}, 1)), At(3));
+  n.Add(1, Allreduce(PartKey(NamedKey("grads.group0"), 0)), At(3));
+  n.Add(1, Allreduce(PartKey(NamedKey("grads.group0"), 1)), At(3));
   n.Add(1, Allreduce("other"), At(3));  // rank 1 waits in this too (another thread)
   EXPECT_FALSE(n.HasDrifted(2.0, At(4.5)));  // rank 1 has waited 1.5 s only
   const auto failed = n.TakeDrifted(2.0, At(5.5));
@@ -371,15 +371,16 @@ TFRING_TEST(UnnamedNames, CatchUpMovesPastAFailedCall) {
   TensorKey failed;
   failed.unnamed = 4;
   failed.part = 1;  // a grouped call's part
-  names.CatchUp({}, failed);
+  names.CatchUp(failed);
   EXPECT_EQ(names.Next({}), 5);
   failed.unnamed = 2;
-  names.CatchUp({}, failed);                // behind: nothing changes
-  names.CatchUp({}, TensorKey{"unnamed.9"});  // a user's name: not an unnamed call
+  names.CatchUp(failed);                 // behind: nothing changes
+  names.CatchUp(NamedKey("unnamed.9"));  // a user's name: not an unnamed call
   EXPECT_EQ(names.Next({}), 6);
   EXPECT_EQ(names.Next({0, 2}), 0);  // per process set
   failed.unnamed = 3;
-  names.CatchUp({0, 2}, failed);
+  failed.set = {0, 2};
+  names.CatchUp(failed);
   EXPECT_EQ(names.Next({0, 2}), 4);
   EXPECT_EQ(names.Next({}), 7);
 }

@@ -15,7 +15,7 @@ namespace {
 // Enqueues into `c` with the entry's process set set to `members`.
 EnqueueFn InSet(Coordinator* c, std::vector<int32_t> members) {
   return [c, members](Entry e) {
-    e.request.process_set = members;
+    e.request.key.set = members;
     c->Enqueue(std::move(e));
   };
 }

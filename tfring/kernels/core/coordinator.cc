@@ -74,13 +74,15 @@ SteadyClock::duration Coordinator::cycle_time() const {
 
 std::string Coordinator::PrepareEntry(Entry* e) const {
   Request& r = e->request;
-  std::vector<int32_t>& set = r.process_set;
+  std::vector<int32_t>& set = r.key.set;
   if (!AreAscendingRanks(set, size_)) {
-    return "the process set of '" + KeyString(r.key, {}) + "', " + RankListString(set) +
+    TensorKey outside_sets = r.key;  // the set is what is wrong: named apart
+    outside_sets.set.clear();
+    return "the process set of '" + KeyString(outside_sets) + "', " + RankListString(set) +
            ", must list distinct ranks in [0, " + std::to_string(size_) + "), ascending";
   }
   if (static_cast<int>(set.size()) == size_) set.clear();  // all ranks: the global set
-  r.name = KeyString(r.key, set);
+  r.name = KeyString(r.key);
   if (!set.empty() && !IsMember(set, rank_)) {
     return NotAMemberMessage(rank_, set, r.name);
   }
@@ -155,7 +157,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     const Response& cached = cache_.response(slot);
     if (joined_ && !cached.shared_call_site.empty()) {
       bits.Invalidate(slot);
-    } else if (joined_ || !InSet(cached.process_set, rank_)) {
+    } else if (joined_ || !InSet(cached.key.set, rank_)) {
       bits.SetReady(slot);
     }
   }
@@ -186,7 +188,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
         continue;
       }
       Response r = cache_.response(slot);
-      const std::vector<int32_t> members = SetMembers(r.process_set, size_);
+      const std::vector<int32_t> members = SetMembers(r.key.set, size_);
       for (int32_t m : members) {
         if (joined[m]) r.joined.push_back(m);
       }

@@ -66,14 +66,14 @@ void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
 
 int64_t Coordinator::Execute(const CycleItems& responses) {
   bool all_global = true;
-  for (const auto& item : responses) all_global = all_global && item.response->process_set.empty();
+  for (const auto& item : responses) all_global = all_global && item.response->key.set.empty();
   if (all_global) return ExecuteInSet(all_ranks_, responses);  // without the sorting below
   // Set by set, in the order the sets first appear: the same on every rank.
   std::vector<std::vector<int32_t>> order;
   std::map<std::vector<int32_t>, CycleItems> by_set;
   for (const auto& item : responses) {
-    auto& list = by_set[item.response->process_set];
-    if (list.empty()) order.push_back(item.response->process_set);
+    auto& list = by_set[item.response->key.set];
+    if (list.empty()) order.push_back(item.response->key.set);
     list.push_back(item);
   }
   int64_t bytes = 0;

@@ -32,7 +32,7 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
         evicted = cache_.Put(r, SignatureOf(r));
       } else {
         Response under_site = r;  // unnamed calls: under their call site (TakeNewEntries)
-        under_site.name = UnnamedCacheKey(r.shared_call_site, r.process_set);
+        under_site.name = UnnamedCacheKey(r.shared_call_site, r.key.set);
         evicted = cache_.Put(under_site, SignatureOf(under_site));
       }
       if (evicted >= 0) Evicted(evicted);
@@ -40,7 +40,7 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
     // Numbers of later unnamed calls agree again: after a call that failed (before it
     // returns to its caller), and after one this rank sat out while joined.
     if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {
-      unnamed_names_.CatchUp(r.process_set, r.key);
+      unnamed_names_.CatchUp(r.key);
     }
     execute->Add(std::move(r));
   }

@@ -139,7 +139,7 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* inval
   // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
   // earlier call from the same site waits on the slot here, this one is negotiated. The
   // entry keeps its own name: the slot, not the name, pairs it with the cached response.
-  const int slot = cache_.Find(UnnamedCacheKey(q.call_site, q.process_set));
+  const int slot = cache_.Find(UnnamedCacheKey(q.key.call_site, q.key.set));
   if (slot < 0 || pending_.AtSlot(slot)) return -1;
   // The slot is the site's (found by it), and was cached from a request marked cacheable,
   // which this one (its name never recurs) is not: the rest must be the same.

@@ -118,7 +118,7 @@ void PutSignature(Writer* w, const Signature& m) {
   w->Put<double>(m.prescale_factor);
   w->Put<double>(m.postscale_factor);
   w->PutInts(m.shape);
-  w->PutRanks(m.process_set);
+  w->PutRanks(m.key.set);
   w->Put<uint32_t>(static_cast<uint32_t>(m.parts.size()));
   for (const TensorPart& part : m.parts) {
     w->Put<uint8_t>(static_cast<uint8_t>(part.dtype));
@@ -144,7 +144,7 @@ std::string GetSignature(Reader* rd, int world_size, Signature* m) {
       !rd->Get(&kind) || !rd->Get(&dtype) || !rd->Get(&op) ||
       !rd->GetBool(&m->cacheable) || !rd->GetBool(&m->on_device) || !rd->Get(&m->root_rank) ||
       !rd->Get(&m->prescale_factor) || !rd->Get(&m->postscale_factor) ||
-      !rd->GetInts(&m->shape) || !rd->GetRanks(&m->process_set)) {
+      !rd->GetInts(&m->shape) || !rd->GetRanks(&m->key.set)) {
     return "truncated or damaged fields";
   }
   m->key.name = std::move(name);
@@ -152,9 +152,9 @@ std::string GetSignature(Reader* rd, int world_size, Signature* m) {
     return "tensor key with unnamed " + std::to_string(m->key.unnamed) + ", part " +
            std::to_string(m->key.part) + " (-1 or more)";
   }
-  const std::string bad_set = CheckRanks(m->process_set, world_size, "process set");
+  const std::string bad_set = CheckRanks(m->key.set, world_size, "process set");
   if (!bad_set.empty()) return bad_set;
-  m->name = KeyString(m->key, m->process_set);
+  m->name = KeyString(m->key);
   if (kind > static_cast<uint8_t>(CollectiveKind::kJoin)) {
     return "unknown collective " + std::to_string(kind);
   }
@@ -242,7 +242,7 @@ bool Signature::SameCollective(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&
          postscale_factor == o.postscale_factor && shape == o.shape &&
-         process_set == o.process_set && on_device == o.on_device && parts == o.parts;
+         key.set == o.key.set && on_device == o.on_device && parts == o.parts;
 }
 
 bool MixedParts(const Signature& s) {
@@ -256,6 +256,7 @@ Response ResponseTo(const Request& q) {
   Response r;
   static_cast<Signature&>(r) = q;
   r.cacheable = false;
+  r.key.call_site.clear();  // a request's own; the negotiator sets shared_call_site
   return r;
 }
 
@@ -276,7 +277,7 @@ std::string EncodeRequests(const std::vector<Request>& requests) {
   for (const Request& r : requests) {
     PutSignature(&w, r);
     w.PutInts(r.splits);
-    w.PutString(r.call_site);
+    w.PutString(r.key.call_site);
   }
   return w.Take();
 }
@@ -291,7 +292,7 @@ Status DecodeRequests(const std::string& bytes, int from_rank, int world_size,
   for (uint32_t i = 0; i < n; ++i) {
     Request r;
     std::string problem = GetSignature(&rd, world_size, &r);
-    if (problem.empty() && (!rd.GetInts(&r.splits) || !rd.GetString(&r.call_site))) {
+    if (problem.empty() && (!rd.GetInts(&r.splits) || !rd.GetString(&r.key.call_site))) {
       problem = "truncated or damaged fields";
     }
     if (!problem.empty()) {

@@ -24,8 +24,8 @@ struct TensorPart {
 // response cache keys on, and that Requests and Responses both carry (encoded once, by one
 // function, for both).
 struct Signature {
-  TensorKey key;  // which tensor (tensor_key.h); `name` is its string, in `process_set`
-  // KeyString(key, process_set): the one string maps, the cache, errors and the timeline use.
+  TensorKey key;  // which tensor, in which process set (tensor_key.h); `name` is its string
+  // KeyString(key): the one string maps, the cache, errors and the timeline use.
   // Made when the tensor is queued (Coordinator::PrepareEntry) and when it is decoded.
   std::string name;
   CollectiveKind kind = CollectiveKind::kAllreduce;
@@ -37,9 +37,6 @@ struct Signature {
   // A request: the submitting rank's shape. A response: the first member's (for allgather
   // and alltoall, rows are that member's own first dimension).
   Shape shape;
-  // The process set: its members' global ranks, ascending; empty for all ranks. Positions
-  // in a Request's splits and in a Response's first_dims/all_splits are positions in it.
-  std::vector<int32_t> process_set;
   // A request: false for auto-named eager ops, whose names never recur. A response: whether
   // every rank may cache it (set by the negotiator).
   bool cacheable = true;
@@ -67,10 +64,6 @@ struct Signature {
 // One rank's description of one tensor it has submitted.
 struct Request : Signature {
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank of the process set
-  // Unnamed eager calls: where the user's code made the call ("train.py:42"), so that an
-  // error about calls that ranks paired by their order can say which calls they were.
-  // Not part of the signature.
-  std::string call_site;
 
   // Whether two requests describe the same collective (what the response cache keys on).
   bool SameSignature(const Request& other) const {
@@ -95,7 +88,7 @@ struct Response : Signature {
   // the reduction's identity (allgather: no rows), and Average divides by the others only.
   std::vector<int32_t> joined;
   std::string error;  // non-empty: fail the op on every rank with this message
-  // Unnamed eager calls that every rank made at one call site (each Request's call_site):
+  // Unnamed eager calls that every rank made at one call site (each request's key.call_site):
   // that site. The response is cached under it (UnnamedCacheKey), so that later calls made
   // there, which get new names, find it. Empty otherwise.
   std::string shared_call_site;
@@ -119,7 +112,7 @@ std::string NotAMemberMessage(int rank, const std::vector<int32_t>& set,
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
 // of a grouped call share a call site and are not).
 inline bool CachedByCallSite(const Request& q) {
-  return q.key.unnamed >= 0 && q.key.part < 0 && !q.call_site.empty();
+  return q.key.unnamed >= 0 && q.key.part < 0 && !q.key.call_site.empty();
 }
 // The response to `q` that carries q's signature, not yet cacheable; the negotiator fills
 // in the rest.

@@ -39,7 +39,7 @@ std::string PartsMismatch(const std::string& name, int r0, const Request& first,
   for (size_t i = 0; i < first.parts.size(); ++i) {
     const TensorPart& a = first.parts[i];
     const TensorPart& b = req.parts[i];
-    const std::string part = KeyString(PartKey(first.key, i), first.process_set);
+    const std::string part = KeyString(PartKey(first.key, i));
     if (a.dtype != b.dtype) {
       return Mismatch("data types", part, r0, DataTypeName(a.dtype), r, DataTypeName(b.dtype));
     }
@@ -98,7 +98,7 @@ void Negotiator::Add(int rank, const Request& request, SteadyClock::time_point n
   auto it = pending_.find(request.name);
   if (it == pending_.end()) {
     Slot slot;
-    slot.members = SetMembers(request.process_set, size_);
+    slot.members = SetMembers(request.key.set, size_);
     slot.by_rank.resize(size_);
     slot.present.assign(size_, false);
     slot.since.resize(size_);
@@ -151,7 +151,7 @@ Response Negotiator::Validate(const Slot& slot) const {
   for (int32_t r : present) {
     const Request& req = slot.by_rank[r];
     resp.cacheable =
-        resp.cacheable && (unnamed ? req.call_site == first.call_site : req.cacheable);
+        resp.cacheable && (unnamed ? req.key.call_site == first.key.call_site : req.cacheable);
     if (r == r0) continue;
     if (req.kind != first.kind) {
       resp.error = Mismatch("collectives", n, r0, CollectiveKindName(first.kind), r,
@@ -192,11 +192,11 @@ Response Negotiator::Validate(const Slot& slot) const {
                             r, "root_rank=" + std::to_string(req.root_rank));
     }
     if (!resp.error.empty()) {
-      resp.error += CallSitesNote(r0, first.call_site, r, req.call_site);
+      resp.error += CallSitesNote(r0, first.key.call_site, r, req.key.call_site);
       break;
     }
-    if (req.call_site != first.call_site) WarnPairedCallSites(n, r0, first.call_site, r,
-                                                              req.call_site);
+    if (req.key.call_site != first.key.call_site) WarnPairedCallSites(n, r0, first.key.call_site, r,
+                                                              req.key.call_site);
   }
   if (resp.ok()) resp.error = JoinedProblem(resp);
   if (resp.ok() && first.kind == CollectiveKind::kAllgather) {
@@ -219,7 +219,7 @@ Response Negotiator::Validate(const Slot& slot) const {
     }
   }
   if (!resp.ok()) resp.cacheable = false;
-  if (resp.cacheable && unnamed) resp.shared_call_site = first.call_site;
+  if (resp.cacheable && unnamed) resp.shared_call_site = first.key.call_site;
   return resp;
 }
 
@@ -232,7 +232,7 @@ std::vector<Negotiator::Stalled> Negotiator::PendingOlderThan(double min_age_sec
     Stalled s{kv.first, {}, {}, age, ""};
     for (int32_t r : kv.second.members) {
       (kv.second.present[r] ? s.submitted : s.missing).push_back(r);
-      if (kv.second.present[r] && s.call_site.empty()) s.call_site = kv.second.by_rank[r].call_site;
+      if (kv.second.present[r] && s.call_site.empty()) s.call_site = kv.second.by_rank[r].key.call_site;
     }
     out.push_back(std::move(s));
   }
@@ -264,7 +264,7 @@ std::vector<Negotiator::Drift> Negotiator::FindDrifts(double min_age_seconds,
   };
   for (const auto& [s_key, s] : old) {
     for (int32_t a : s->members) {
-      if (taken.count(s) || !s->present[a] || s->by_rank[a].call_site.empty() ||
+      if (taken.count(s) || !s->present[a] || s->by_rank[a].key.call_site.empty() ||
           !waited(s, a)) {
         continue;
       }
@@ -295,7 +295,7 @@ std::vector<Response> Negotiator::TakeDrifted(double min_age_seconds,
     const Request& t = pending_.at(d.waits_other).by_rank[d.other_rank];
     auto call = [](const Request& r) {
       return std::string(CollectiveKindName(r.kind)) + " '" + r.name + "'" +
-             (r.call_site.empty() ? "" : " (an unnamed call at " + r.call_site + ")");
+             (r.key.call_site.empty() ? "" : " (an unnamed call at " + r.key.call_site + ")");
     };
     const int a = d.unnamed_rank, b = d.other_rank;
     const std::string as = std::to_string(a), bs = std::to_string(b);
@@ -307,9 +307,7 @@ std::vector<Response> Negotiator::TakeDrifted(double min_age_seconds,
         "other did not. Give such calls name=, or make every rank make the same calls (both " +
         "calls fail here; later calls pair again)";
     // Every part of the two calls (a grouped op's tensors are pending one by one).
-    auto same_call = [](const Request& x, const Request& y) {
-      return x.key.SameOp(y.key) && x.process_set == y.process_set;
-    };
+    auto same_call = [](const Request& x, const Request& y) { return x.key.SameOp(y.key); };
     std::vector<std::string> s_parts, t_parts;  // sorted below: S's parts, then T's
     for (const auto& kv : pending_) {
       const Slot& x = kv.second;

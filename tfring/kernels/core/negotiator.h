@@ -6,7 +6,7 @@
 // complete. Because only rank 0 decides that order and broadcasts it, every rank executes
 // the same collectives in the same order whatever order ops were submitted in locally.
 //
-// A tensor in a process set (Request::process_set) waits for that set's members only. A
+// A tensor in a process set (TensorKey::set) waits for that set's members only. A
 // rank that has joined (tfring.join, SetJoined) counts as having submitted every tensor of
 // its sets that it has not: the Response lists it in `joined`, and it contributes the
 // reduction's identity.

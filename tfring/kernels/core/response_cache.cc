@@ -32,7 +32,7 @@ void ResponseCache::Prefetch(int slot, bool deep) const {
   }
   // From `used` to the signature's last compared field (the request's splits).
   const char* line = reinterpret_cast<const char*>(&s);
-  const char* end = reinterpret_cast<const char*>(&s.signature.call_site);
+  const char* end = reinterpret_cast<const char*>(&s.signature.splits + 1);
   for (; line < end; line += 64) __builtin_prefetch(line);
 }
 

@@ -95,7 +95,7 @@ void Timeline::EndLocked(const std::string& tensor, int64_t ts) {
 }
 
 std::string Timeline::RowName(const Request& q) {
-  return CachedByCallSite(q) ? UnnamedCacheKey(q.call_site, q.process_set) : q.name;
+  return CachedByCallSite(q) ? UnnamedCacheKey(q.key.call_site, q.key.set) : q.name;
 }
 
 void Timeline::Submitted(const Request& q, std::chrono::steady_clock::time_point since) {

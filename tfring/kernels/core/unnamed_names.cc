@@ -9,11 +9,11 @@ int64_t UnnamedNames::Next(const std::vector<int32_t>& process_set) {
   return next_[process_set]++;
 }
 
-void UnnamedNames::CatchUp(const std::vector<int32_t>& process_set, const TensorKey& key) {
+void UnnamedNames::CatchUp(const TensorKey& key) {
   const int64_t n = key.unnamed;
   if (n < 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t& next = next_[process_set];
+  int64_t& next = next_[key.set];
   next = std::max(next, n + 1);
 }
 

@@ -23,10 +23,10 @@ class UnnamedNames {
   // The number of the next unnamed call in `process_set` (empty: all ranks). Thread-safe.
   int64_t Next(const std::vector<int32_t>& process_set);
 
-  // The tensor `key` of `process_set` failed on every rank, or this rank sat it out joined:
-  // when it was an unnamed call's (number n), the next call in the set is numbered n + 1 or
-  // later. A named tensor changes nothing.
-  void CatchUp(const std::vector<int32_t>& process_set, const TensorKey& key);
+  // The tensor `key` failed on every rank, or this rank sat it out joined: when it was an
+  // unnamed call's (number n), the next call in its set is numbered n + 1 or later. A named
+  // tensor changes nothing.
+  void CatchUp(const TensorKey& key);
 
  private:
   std::mutex mutex_;

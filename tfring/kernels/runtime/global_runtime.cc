@@ -324,7 +324,7 @@ void GlobalRuntime::EnqueueAll(std::vector<Entry> entries, const OpCountdown* co
   if (!coordinator) {
     for (Entry& e : entries) {
       // Not yet queued, so not yet keyed: its string is made here.
-      const std::string key = KeyString(e.request.key, e.request.process_set);
+      const std::string key = KeyString(e.request.key);
       e.done(NotInitialized("running '" + key + "'"));
     }
     return;

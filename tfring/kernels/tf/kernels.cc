@@ -45,7 +45,7 @@ struct ReduceAttrs {
     r->prescale_factor = prescale;
     r->postscale_factor = postscale;
     r->cacheable = cacheable;
-    r->process_set = set.ranks;
+    r->key.set = set.ranks;
     return absl::OkStatus();
   }
 };
@@ -201,7 +201,7 @@ class AllgatherOp : public AsyncOpKernel {
                           done);
       }
       e.request.kind = CollectiveKind::kAllgather;
-      e.request.process_set = set_.ranks;
+      e.request.key.set = set_.ranks;
       e.request.shape = ShapeOf(input);
       e.request.cacheable = false;
       e.input = DataOf(input);
@@ -246,7 +246,7 @@ class BroadcastOp : public AsyncOpKernel {
                         done);
     }
     e.request.kind = CollectiveKind::kBroadcast;
-    e.request.process_set = set_.ranks;
+    e.request.key.set = set_.ranks;
     e.request.root_rank = root_rank_;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = cacheable_;
@@ -349,7 +349,7 @@ class AlltoallOp : public AsyncOpKernel {
     }
     if (!problem.empty()) TFRING_FAIL_ASYNC(ctx, absl::InvalidArgumentError(problem), done);
     e.request.kind = CollectiveKind::kAlltoall;
-    e.request.process_set = set_.ranks;
+    e.request.key.set = set_.ranks;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = false;
     e.input = DataOf(input);
@@ -386,7 +386,7 @@ class BarrierOp : public AsyncOpKernel {
     Entry e;
     e.request.key = name_.Key(0, 1);
     e.request.kind = CollectiveKind::kBarrier;
-    e.request.process_set = set_.ranks;
+    e.request.key.set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
     SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_,

@@ -143,13 +143,13 @@ struct OpName {
   // The key of tensor `index` of `count` (a grouped op's tensors are its parts); an unnamed
   // call's number is added when it is queued.
   TensorKey Key(int index, int count) const {
-    TensorKey key{shared};
+    TensorKey key = NamedKey(shared);
     if (count > 1) key.part = index;
     return key;
   }
   // What messages call tensor `index` of `count` before the op is queued.
   std::string Display(int index, int count) const {
-    return count == 1 ? Display() : KeyString(PartKey(TensorKey{Display()}, index), {});
+    return count == 1 ? Display() : KeyString(PartKey(NamedKey(Display()), index));
   }
 };
 
@@ -162,10 +162,10 @@ void SubmitAll(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, std::vect
                GlobalRuntime::Running* runtime) {
   if (op_name.unnamed() && !entries.empty()) {
     const int64_t number =
-        runtime->coordinator->NextUnnamedNumber(entries[0].request.process_set);
+        runtime->coordinator->NextUnnamedNumber(entries[0].request.key.set);
     for (Entry& e : entries) {
       e.request.key.unnamed = number;
-      e.request.call_site = op_name.call_site;
+      e.request.key.call_site = op_name.call_site;
     }
   }
   KernelCompletion* completion = KernelCompletion::Create(

@@ -14,7 +14,7 @@ Status AttachToGpuStream(tensorflow::OpKernelContext* ctx, std::vector<Entry>* e
   stream_executor::Stream* stream = dc != nullptr ? dc->stream() : nullptr;
   void* handle = stream != nullptr ? stream->platform_specific_handle().stream : nullptr;
   if (handle == nullptr) {
-    return Status::Internal("tfring op '" + KeyString(entries->front().request.key, {}) + "' runs on " +
+    return Status::Internal("tfring op '" + KeyString(entries->front().request.key) + "' runs on " +
                             ctx->device()->name() + " but TensorFlow gave it no CUDA stream");
   }
   return TieToProducerStream(handle, stream->parent()->device_ordinal(), entries);

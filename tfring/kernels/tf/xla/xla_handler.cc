@@ -111,7 +111,8 @@ ffi::Error Read(const ffi::Dictionary& attrs, const char* name, Out* out) {
 ffi::Error RunAsUnit(std::vector<Entry> tensors, std::string name) {
   Entry unit;
   unit.request = tensors[0].request;  // what the call's tensors share
-  unit.request.key = TensorKey{std::move(name)};  // the call's, not its first tensor's
+  unit.request.key.name = std::move(name);  // the call's, not its first tensor's (same set)
+  unit.request.key.part = -1;
   unit.request.parts.resize(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     unit.request.parts[i] = {tensors[i].request.dtype, tensors[i].request.shape};
@@ -168,7 +169,7 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
   r.kind = static_cast<CollectiveKind>(kind);
   r.reduce_op = static_cast<ReduceOp>(reduce_op);
   r.cacheable = cacheable != 0;
-  r.process_set.assign(ranks->begin(), ranks->end());
+  r.key.set.assign(ranks->begin(), ranks->end());
 
   const int n = static_cast<int>(args.size());
   if (n != static_cast<int>(rets.size())) {
@@ -185,7 +186,7 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
     e.request = r;
     e.request.key.name = base;
     if (n > 1) e.request.key.part = i;
-    e.request.name = KeyString(e.request.key, {});  // for messages until it is queued
+    e.request.name = KeyString(e.request.key);  // for messages until it is queued
     if (!FromFfiDataType(input->element_type(), &e.request.dtype)) {
       return ffi::Error::InvalidArgument(
           "tfring does not support the XLA element type " +
