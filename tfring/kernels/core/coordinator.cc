@@ -11,12 +11,6 @@ namespace {
 // than the pause between most training steps.
 constexpr auto kActiveFor = std::chrono::milliseconds(100);
 
-// Whether `rank` is in `process_set` (empty: all ranks). No allocation: runs per cache slot
-// per cycle.
-bool InSet(const std::vector<int32_t>& process_set, int rank) {
-  return process_set.empty() || IsMember(process_set, rank);
-}
-
 }  // namespace
 
 Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> control_plane,
@@ -32,7 +26,7 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       all_ranks_(SetMembers({}, size_)),
       intake_(rank_),
       driver_(options, &intake_, this),
-      cache_(options.cache_capacity),
+      cache_sync_(options, rank_, size_),
       joined_ranks_(size_, false),
       round_(options, rank_, size_),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
@@ -135,32 +129,21 @@ bool Coordinator::peer_lost() const { return intake_.peer_lost(); }
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const auto now = SteadyClock::now();
-  cache_.StartCycle();  // every rank counts the same cycles: the cache's recency agrees
+  cache_sync_.StartCycle();
   std::vector<int> invalidate;
   TakeNewEntries(now, &invalidate, progress);
   const bool force_round = round_.Due(now);
 
   // Step 2: one AND-allreduce of flags, ready and valid bits per cache slot, and per rank
   // a not-joined and a still-running bit (cycle_bits.h).
-  const int nbits = cache_.num_bits();
+  const int nbits = cache_sync_.num_bits();
   CycleBits bits(nbits, size_);
   const bool shutting_down = intake_.stop_requested();
   if (send_order_.empty() && !force_round) bits.SetNoNewRequests();
   if (joined_) bits.MarkJoined(rank_);
   if (shutting_down) bits.MarkStopping(rank_);
   pending_.ForEachWaiting([&](int slot, Pending&) { bits.SetReady(slot); });
-  // Slots this rank never holds up: any, once joined; those of sets it is not in. But
-  // unnamed calls made while this rank has joined are negotiated: their names tell it how
-  // many it sat out (UnnamedNames::CatchUp), so that later ones pair as before.
-  for (int slot = 0; slot < nbits; ++slot) {
-    if (!cache_.used(slot)) continue;
-    const Response& cached = cache_.response(slot);
-    if (joined_ && !cached.shared_call_site.empty()) {
-      bits.Invalidate(slot);
-    } else if (joined_ || !InSet(cached.key.set, rank_)) {
-      bits.SetReady(slot);
-    }
-  }
+  cache_sync_.MarkSlotsNotHeldUp(joined_, &bits);
   for (int slot : invalidate) bits.Invalidate(slot);
   if (!pending_.empty()) last_work_ = now;
   control_plane_->SetActive(now - last_work_ < kActiveFor);
@@ -176,26 +159,10 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const bool joined_changed = joined != joined_ranks_;
 
   CycleResponses execute;
-  for (int slot = 0; slot < nbits; ++slot) {
-    if (!bits.valid(slot)) {
-      cache_.Erase(slot);
-      *progress = true;
-      if (pending_.AtSlot(slot)) NegotiateInstead(slot);
-    } else if (bits.ready(slot)) {
-      cache_.Touch(slot);
-      if (!any_joined) {
-        execute.Add(&cache_.response(slot), slot);  // slots stay put (response_cache.h)
-        continue;
-      }
-      Response r = cache_.response(slot);
-      const std::vector<int32_t> members = SetMembers(r.key.set, size_);
-      for (int32_t m : members) {
-        if (joined[m]) r.joined.push_back(m);
-      }
-      // Every member joined: nobody submitted it (joined ranks mark every slot ready).
-      if (r.joined.size() == members.size()) continue;
-      execute.Add(std::move(r), slot);
-    }
+  std::vector<int> erased;
+  if (cache_sync_.TakeReady(bits, joined, any_joined, &execute, &erased)) *progress = true;
+  for (int slot : erased) {
+    if (pending_.AtSlot(slot)) NegotiateInstead(slot);  // negotiated under its own name
   }
 
   // Step 3: a negotiation round when any rank has new requests, or when who has joined

@@ -16,11 +16,13 @@
 //  - CycleDriver (cycle_driver.h): which thread runs the next cycle, the background
 //    thread and its waits, graph bursts;
 //  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
+//  - CacheSync (cache_sync.h): the response cache, which every rank keeps identical (steps
+//    2 and 3);
 //  - SetExecutorTable (set_executors.h): the executors each process set runs on;
 //  - JoinedStandIns (joined_stand_ins.h): what a joined rank runs in place of its tensors,
 //    for one set's execution;
-//  - the cycle's own: pending entries, the response cache, joins (coordinator.cc,
-//    coordinator_take.cc, coordinator_negotiate.cc, coordinator_execute.cc).
+//  - the cycle's own: pending entries and joins (coordinator.cc, coordinator_take.cc,
+//    coordinator_negotiate.cc, coordinator_execute.cc).
 //
 // Each cycle, run in lockstep by every rank (each step a collective of the control plane):
 //  1. take newly enqueued entries (ops from a graph once their burst has ended);
@@ -32,7 +34,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,11 +42,13 @@
 #include <vector>
 
 #include "tfring/kernels/core/backend.h"
+#include "tfring/kernels/core/cache_sync.h"
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"
 #include "tfring/kernels/core/cycle_bits.h"
 #include "tfring/kernels/core/cycle_driver.h"
+#include "tfring/kernels/core/cycle_responses.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/host_executor.h"
@@ -54,33 +57,11 @@
 #include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/op_countdown.h"
 #include "tfring/kernels/core/pending_entries.h"
-#include "tfring/kernels/core/response_cache.h"
 #include "tfring/kernels/core/set_executors.h"
 #include "tfring/kernels/core/timeline.h"
 #include "tfring/kernels/core/unnamed_names.h"
 
 namespace tfring {
-
-// What one cycle executes, in order: responses from the cache, by pointer (no copy per
-// tensor per cycle), and responses made in the cycle (negotiated, or cached ones with the
-// ranks that have joined), which it owns. Each carries the cache slot it came from (-1 for
-// a negotiated one): this rank's entry for it waits there (pending_entries.h).
-struct CycleResponses {
-  struct Item {
-    const Response* response;
-    int slot;
-  };
-  std::vector<Item> order;
-  std::deque<Response> made;  // a deque: its elements stay where they are as it grows
-
-  void Add(const Response* cached, int slot) { order.push_back({cached, slot}); }
-  void Add(Response made_here, int slot = -1) {
-    made.push_back(std::move(made_here));
-    order.push_back({&made.back(), slot});
-  }
-  bool empty() const { return order.empty(); }
-};
-using CycleItems = std::vector<CycleResponses::Item>;
 
 class Coordinator : private CycleDriver::Cycles {
  public:
@@ -158,8 +139,6 @@ class Coordinator : private CycleDriver::Cycles {
   // The entry waiting on a slot that is gone goes to negotiation (under its own name).
   void NegotiateInstead(int slot);
   Status Negotiate(CycleResponses* execute, bool* stop);
-  // A cache slot that a newly cached response took from the least recently used tensor.
-  void Evicted(int slot);
   // Returns the bytes of the collectives it ran.
   int64_t Execute(const CycleItems& responses);
   // Runs the responses of one process set that this rank is a member of.
@@ -192,11 +171,10 @@ class Coordinator : private CycleDriver::Cycles {
   std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from intake_
   PendingEntries pending_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order
-  ResponseCache cache_;
+  CacheSync cache_sync_;
   bool joined_ = false;                // a join entry of this rank is pending
   std::vector<bool> joined_ranks_;     // as of the last cycle, every rank's
   Timeline timeline_;
-  bool eviction_warned_ = false;  // rank 0: the cache's first eviction was logged
   std::atomic<int64_t> fusion_threshold_bytes_;
   std::atomic<double> cycle_time_ms_;
   NegotiationRound round_;

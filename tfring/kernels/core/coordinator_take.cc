@@ -98,12 +98,13 @@ void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) cons
   const auto slot_of = [](const CacheTicket* t) {
     return CacheTicket::SlotOf(t->value.load(std::memory_order_relaxed));
   };
+  const ResponseCache& cache = cache_sync_.cache();
   each_ticket([&](const CacheTicket* t) {
     const int slot = slot_of(t);
-    cache_.Prefetch(slot, /*deep=*/false);
+    cache.Prefetch(slot, /*deep=*/false);
     pending_.PrefetchSlot(slot);
   });
-  each_ticket([&](const CacheTicket* t) { cache_.Prefetch(slot_of(t), /*deep=*/true); });
+  each_ticket([&](const CacheTicket* t) { cache.Prefetch(slot_of(t), /*deep=*/true); });
 }
 
 int Coordinator::NamedSlot(const Entry& e) const {
@@ -114,18 +115,19 @@ int Coordinator::NamedSlot(const Entry& e) const {
     // Unchanged since it was issued for this name (a ticket serves one name: entry.h), so
     // it still holds this name: no compare of names, whose strings are cold in the CPU's
     // caches after a step's copies (docs/benchmarks-allreduce.md).
-    if (cache_.Holds(slot, generation)) return slot;
+    if (cache_sync_.cache().Holds(slot, generation)) return slot;
   }
-  return cache_.Find(e.request.name);
+  return cache_sync_.cache().Find(e.request.name);
 }
 
 int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* invalidate) {
   const Request& q = e->request;
+  const ResponseCache& cache = cache_sync_.cache();
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
     // The slot is this name's (found by name, or by a ticket of this name): compare the rest.
-    if (named_slot >= 0 && cache_.signature(named_slot).SameButName(q)) {
+    if (named_slot >= 0 && cache.signature(named_slot).SameButName(q)) {
       if (e->cache_ticket != nullptr) {
-        const uint64_t ticket = CacheTicket::Make(named_slot, cache_.generation(named_slot));
+        const uint64_t ticket = CacheTicket::Make(named_slot, cache.generation(named_slot));
         if (e->cache_ticket->value.load(std::memory_order_relaxed) != ticket) {
           e->cache_ticket->value.store(ticket, std::memory_order_relaxed);
         }
@@ -139,11 +141,11 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* inval
   // names that never recur ("unnamed.<n>"), so the cache keys them by call site. While an
   // earlier call from the same site waits on the slot here, this one is negotiated. The
   // entry keeps its own name: the slot, not the name, pairs it with the cached response.
-  const int slot = cache_.Find(UnnamedCacheKey(q.key.call_site, q.key.set));
+  const int slot = cache.Find(UnnamedCacheKey(q.key.call_site, q.key.set));
   if (slot < 0 || pending_.AtSlot(slot)) return -1;
   // The slot is the site's (found by it), and was cached from a request marked cacheable,
   // which this one (its name never recurs) is not: the rest must be the same.
-  if (!cache_.signature(slot).SameCollective(q)) {
+  if (!cache.signature(slot).SameCollective(q)) {
     invalidate->push_back(slot);  // another shape (say) at the same line
     return -1;
   }
