@@ -37,7 +37,7 @@ struct ReduceAttrs {
                 absl::InvalidArgumentError("invalid reduce op " + std::to_string(reduce_op)));
   }
 
-  // Fills the reduction fields of `r` (its name and dtype set). Scale factors apply to
+  // Fills the reduction fields of `r` (its key and dtype set). Scale factors apply to
   // integer tensors too, in double and truncated toward zero, as Horovod.
   absl::Status Fill(CollectiveKind kind, Request* r) const {
     r->kind = kind;
@@ -45,7 +45,6 @@ struct ReduceAttrs {
     r->prescale_factor = prescale;
     r->postscale_factor = postscale;
     r->cacheable = cacheable;
-    r->key.set = set.ranks;
     return absl::OkStatus();
   }
 };
@@ -112,9 +111,9 @@ class AllreduceOp : public AsyncOpKernel {
     keys_.reserve(n);
     for (int i = 0; i < n; ++i) {
       names_.push_back(attrs_.name.Display(i, n));
-      keys_.push_back(attrs_.name.Key(i, n));
+      keys_.push_back(attrs_.name.Key(i, n, attrs_.set));
     }
-    unit_key_ = attrs_.name.Key(0, 1);
+    unit_key_ = attrs_.name.Key(0, 1, attrs_.set);
     tickets_ = std::make_unique<CacheTicket[]>(n);
   }
 
@@ -191,7 +190,7 @@ class AllgatherOp : public AsyncOpKernel {
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
       Entry& e = entries[i];
-      e.request.key = name_.Key(i, n);
+      e.request.key = name_.Key(i, n, set_);
       e.request.name = name_.Display(i, n);  // for messages until it is queued
       if (!CheckDtype<kOnGpu>(ctx, e.request.name, input, &e.request.dtype)) return done();
       if (input.dims() == 0) {
@@ -201,7 +200,6 @@ class AllgatherOp : public AsyncOpKernel {
                           done);
       }
       e.request.kind = CollectiveKind::kAllgather;
-      e.request.key.set = set_.ranks;
       e.request.shape = ShapeOf(input);
       e.request.cacheable = false;
       e.input = DataOf(input);
@@ -230,7 +228,7 @@ class BroadcastOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.key = name_.Key(0, 1);
+    e.request.key = name_.Key(0, 1, set_);
     e.request.name = name_.Display();  // for messages until it is queued
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
@@ -246,7 +244,6 @@ class BroadcastOp : public AsyncOpKernel {
                         done);
     }
     e.request.kind = CollectiveKind::kBroadcast;
-    e.request.key.set = set_.ranks;
     e.request.root_rank = root_rank_;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = cacheable_;
@@ -279,7 +276,7 @@ class ReducescatterOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& input = ctx->input(0);
     Entry e;
-    e.request.key = attrs_.name.Key(0, 1);
+    e.request.key = attrs_.name.Key(0, 1, attrs_.set);
     e.request.name = attrs_.name.Display();  // for messages until it is queued
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
@@ -323,7 +320,7 @@ class AlltoallOp : public AsyncOpKernel {
     const Tensor& splits = ctx->input(1);
     Entry e;
     const std::string name = op_name_.Display();
-    e.request.key = op_name_.Key(0, 1);
+    e.request.key = op_name_.Key(0, 1, set_);
     GlobalRuntime::Running runtime;
     if (!CheckCommon<kOnGpu>(ctx, name, input, &e.request.dtype, &runtime)) return done();
     int set_size = 0, position = 0;
@@ -349,7 +346,6 @@ class AlltoallOp : public AsyncOpKernel {
     }
     if (!problem.empty()) TFRING_FAIL_ASYNC(ctx, absl::InvalidArgumentError(problem), done);
     e.request.kind = CollectiveKind::kAlltoall;
-    e.request.key.set = set_.ranks;
     e.request.shape = ShapeOf(input);
     e.request.cacheable = false;
     e.input = DataOf(input);
@@ -384,9 +380,8 @@ class BarrierOp : public AsyncOpKernel {
     GlobalRuntime::Running runtime;
     if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
     Entry e;
-    e.request.key = name_.Key(0, 1);
+    e.request.key = name_.Key(0, 1, set_);
     e.request.kind = CollectiveKind::kBarrier;
-    e.request.key.set = set_.ranks;
     e.request.dtype = DataType::kUInt8;
     e.request.cacheable = cacheable_;
     SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_,

@@ -140,10 +140,11 @@ struct OpName {
     if (!unnamed()) return name;
     return call_site.empty() ? std::string("unnamed call") : "unnamed call at " + call_site;
   }
-  // The key of tensor `index` of `count` (a grouped op's tensors are its parts); an unnamed
-  // call's number is added when it is queued.
-  TensorKey Key(int index, int count) const {
+  // The key of tensor `index` of `count` (a grouped op's tensors are its parts) in the
+  // process set `set`; an unnamed call's number and call site are added when it is queued.
+  TensorKey Key(int index, int count, const ProcessSetAttr& set) const {
     TensorKey key = NamedKey(shared);
+    key.set = set.ranks;
     if (count > 1) key.part = index;
     return key;
   }
