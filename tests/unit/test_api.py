@@ -231,3 +231,25 @@ def test_compressor_base_class_and_gpu_available():
         tfring.nccl_built() and bool(tf.config.list_physical_devices("GPU")))
     with pytest.raises(ValueError, match="TensorFlow"):
         tfring.gpu_available("torch")
+
+
+def test_a_broadcast_root_outside_the_job_fails_in_the_kernel_and_under_xla():
+    # A graph built before init() reaches the kernel unchecked by Python (check_root needs
+    # the job's size): the kernel and the XLA lowering refuse the root in the same words.
+    tfring.init()
+    op = _library.ops().TfringBroadcast
+    want = "root_rank must be in [0, size) = [0, 1). Received: root_rank=5 (tensor 'w')"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"root_rank must be in"):
+        try:
+            op(tensor=tf.constant([1.0]), root_rank=5, tensor_name="w")
+        except tf.errors.InvalidArgumentError as e:
+            assert want in str(e)
+            raise
+
+    @tf.function(jit_compile=True)
+    def under_xla(x):
+        return op(tensor=x, root_rank=5, tensor_name="w")
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        under_xla(tf.constant([1.0]))
+    assert want in str(raised.value)

@@ -25,6 +25,11 @@ std::string ScalarInputMessage(const std::string& collective, const std::string&
          "' is a scalar. Reshape it to [1] first.";
 }
 
+std::string RootRankMessage(int root_rank, int size, const std::string& name) {
+  return "root_rank must be in [0, size) = [0, " + std::to_string(size) +
+         "). Received: root_rank=" + std::to_string(root_rank) + " (tensor '" + name + "')";
+}
+
 std::string GpuInt16Message(const std::string& dtype_name, const std::string& name) {
   return "tfring does not support dtype " + dtype_name + " in GPU memory (NCCL has no 16-bit "
          "integers; place tensor '" + name + "' on the CPU, or cast it)";

@@ -64,6 +64,8 @@ std::string ScalarInputMessage(const std::string& collective, const std::string&
 // a 16-bit integer tensor in GPU memory, which NCCL cannot reduce (`dtype_name` is
 // DataTypeName's).
 std::string GpuInt16Message(const std::string& dtype_name, const std::string& name);
+// a broadcast's root rank outside the job of `size` ranks.
+std::string RootRankMessage(int root_rank, int size, const std::string& name);
 
 }  // namespace tfring
 

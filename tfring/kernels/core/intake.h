@@ -41,7 +41,7 @@ class Intake {
 
   // Entries queued and not taken yet.
   int queued() const { return queued_.load(std::memory_order_acquire); }
-  // Ops from a graph ever queued, each alone (Coordinator::WaitForBurstToEnd).
+  // Ops from a graph ever queued, each alone (CycleDriver::WaitForBurstToEnd).
   uint64_t graph_ops() const { return graph_ops_.load(std::memory_order_relaxed); }
 
   // The background thread's sleep: until an op is queued, a stop or a hand-over is asked

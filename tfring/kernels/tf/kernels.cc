@@ -238,9 +238,7 @@ class BroadcastOp : public AsyncOpKernel {
     if (root_rank_ < 0 || root_rank_ >= layout.size) {
       TFRING_FAIL_ASYNC(ctx,
                         absl::InvalidArgumentError(
-                            "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
-                            "). Received: root_rank=" + std::to_string(root_rank_) +
-                            " (tensor '" + e.request.name + "')"),
+                            RootRankMessage(root_rank_, layout.size, e.request.name)),
                         done);
     }
     e.request.kind = CollectiveKind::kBroadcast;

@@ -23,7 +23,7 @@ constexpr int64_t kMaxChunk = INT_MAX / 8;  // elements per MPI call: counts are
 // From this many bytes a reducescatter runs tfring's ring (RingReducescatter) instead of
 // MPI_Reduce_scatter, which in Open MPI 5.0 is slower than its own allreduce for large
 // buffers; below it, the ring's size-1 latency-bound steps cost more than MPI's algorithms
-// (measured: docs/benchmarks.md, 'shard_optimizer_state=True against the unsharded step').
+// (docs/benchmarks-sharded.md, 'Second sitting').
 constexpr int64_t kRingReducescatterBytes = 256 * 1024;
 // The ring's messages: tfring's communicator carries no other point-to-point traffic.
 constexpr int kRingTag = 0x7472;

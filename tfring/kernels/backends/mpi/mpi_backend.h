@@ -1,8 +1,8 @@
 // Backend over MPI for host buffers, on tfring's own duplicate of MPI_COMM_WORLD.
 // Data collectives are blocking MPI calls (MPI's tuned algorithms; a lone tensor goes from
 // the op's input straight to its output), except a reducescatter of 256 KiB or more, which
-// runs tfring's own ring of MPI_Sendrecv and MPI_Reduce_local (RingReducescatter: Open
-// MPI 5.0's MPI_Reduce_scatter was slower than its allreduce for large buffers). tfring's own MPI ops
+// runs tfring's own ring of MPI_Sendrecv and MPI_Reduce_local (RingReducescatter: faster than
+// Open MPI 5.0's MPI_Reduce_scatter for large buffers, docs/benchmarks-sharded.md). tfring's own MPI ops
 // (MpiOwnOps) reduce 16-bit floats, and integers so that they wrap as TensorFlow does.
 //
 // With UseHierarchicalAllreduce (TFRING_HIERARCHICAL_ALLREDUCE=1), an allreduce is a reduce

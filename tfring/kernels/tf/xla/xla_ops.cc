@@ -139,9 +139,7 @@ class XlaBroadcastOp : public XlaOpKernel {
       const ProcessLayout& layout = runtime.layout;
       OP_REQUIRES(ctx, attrs_.root_rank >= 0 && attrs_.root_rank < layout.size,
                   absl::InvalidArgumentError(
-                      "root_rank must be in [0, size) = [0, " + std::to_string(layout.size) +
-                      "). Received: root_rank=" + std::to_string(attrs_.root_rank) +
-                      " (tensor '" + attrs_.name + "')"));
+                      RootRankMessage(attrs_.root_rank, layout.size, attrs_.name)));
     }
     LowerToCall(ctx, attrs_, /*in_place=*/true);
   }
