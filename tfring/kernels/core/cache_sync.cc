@@ -28,13 +28,11 @@ void CacheSync::MarkSlotsNotHeldUp(bool joined, CycleBits* bits) const {
   }
 }
 
-bool CacheSync::TakeReady(const CycleBits& bits, const std::vector<bool>& joined,
+void CacheSync::TakeReady(const CycleBits& bits, const std::vector<bool>& joined,
                           bool any_joined, CycleResponses* execute, std::vector<int>* erased) {
-  bool any_erased = false;
   for (int slot = 0; slot < cache_.num_bits(); ++slot) {
     if (!bits.valid(slot)) {
       cache_.Erase(slot);
-      any_erased = true;
       erased->push_back(slot);
     } else if (bits.ready(slot)) {
       cache_.Touch(slot);
@@ -52,7 +50,6 @@ bool CacheSync::TakeReady(const CycleBits& bits, const std::vector<bool>& joined
       execute->Add(std::move(r), slot);
     }
   }
-  return any_erased;
 }
 
 int CacheSync::Record(const Response& r) {

@@ -37,8 +37,8 @@ class CacheSync {
   // Step 2, after the AND: erases the slots some rank invalidated (put in *erased), and
   // adds those ready everywhere to `execute`, with the set's `joined` ranks marked when any
   // rank has joined (a slot every member of which has joined is skipped: nobody submitted
-  // it). True when it erased any.
-  bool TakeReady(const CycleBits& bits, const std::vector<bool>& joined, bool any_joined,
+  // it).
+  void TakeReady(const CycleBits& bits, const std::vector<bool>& joined, bool any_joined,
                  CycleResponses* execute, std::vector<int>* erased);
   // Step 3: records a response of rank 0's list, on every rank, member of its set or not.
   // An unnamed call's is cached under its call site. Returns the slot it took from the

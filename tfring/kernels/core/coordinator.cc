@@ -160,8 +160,9 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
 
   CycleResponses execute;
   std::vector<int> erased;
-  if (cache_sync_.TakeReady(bits, joined, any_joined, &execute, &erased)) *progress = true;
+  cache_sync_.TakeReady(bits, joined, any_joined, &execute, &erased);
   for (int slot : erased) {
+    *progress = true;
     if (pending_.AtSlot(slot)) NegotiateInstead(slot);  // negotiated under its own name
   }
 
