@@ -1,8 +1,14 @@
+// The coordinator's own code: its public calls, and the cycle that runs its parts' steps
+// in order (coordinator.h).
 #include "tfring/kernels/core/coordinator.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/cycle_bits.h"
 
 namespace tfring {
 namespace {
@@ -21,17 +27,16 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       control_plane_(std::move(control_plane)),
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
-      executors_(std::move(backend), rank_, size_, std::move(device_executor),
-                 std::move(process_sets), &timeline_),
-      all_ranks_(SetMembers({}, size_)),
       intake_(rank_),
       driver_(options, &intake_, this),
-      cache_sync_(options, rank_, size_),
-      joined_ranks_(size_, false),
-      round_(options, rank_, size_),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
-      cycle_time_ms_(options.cycle_time_ms) {
-}
+      cycle_time_ms_(options.cycle_time_ms),
+      entries_(rank_, &timeline_),
+      cache_sync_(options, rank_, size_),
+      round_(options, rank_, size_),
+      execution_(std::move(backend), rank_, size_, std::move(device_executor),
+                 std::move(process_sets), options.fusion_alone_bytes, &timeline_),
+      joined_ranks_(size_, false) {}
 
 Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
   if (rank_ != 0) return Status::OK();
@@ -80,7 +85,7 @@ std::string Coordinator::PrepareEntry(Entry* e) const {
   if (!set.empty() && !IsMember(set, rank_)) {
     return NotAMemberMessage(rank_, set, r.name);
   }
-  if (!set.empty() && !executors_.supports_sets()) {
+  if (!set.empty() && !execution_.supports_sets()) {
     return "tensor '" + r.name + "' is in a process set, which this runtime does not support";
   }
   if (r.kind == CollectiveKind::kBroadcast && !set.empty() && !IsMember(set, r.root_rank)) {
@@ -131,7 +136,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const auto now = SteadyClock::now();
   cache_sync_.StartCycle();
   std::vector<int> invalidate;
-  TakeNewEntries(now, &invalidate, progress);
+  entries_.Take(&intake_, cache_sync_.cache(), now, &invalidate, progress);
   const bool force_round = round_.Due(now);
 
   // Step 2: one AND-allreduce of flags, ready and valid bits per cache slot, and per rank
@@ -139,13 +144,14 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const int nbits = cache_sync_.num_bits();
   CycleBits bits(nbits, size_);
   const bool shutting_down = intake_.stop_requested();
-  if (send_order_.empty() && !force_round) bits.SetNoNewRequests();
-  if (joined_) bits.MarkJoined(rank_);
+  PendingEntries& pending = entries_.pending();
+  if (!entries_.has_requests_to_send() && !force_round) bits.SetNoNewRequests();
+  if (entries_.joined()) bits.MarkJoined(rank_);
   if (shutting_down) bits.MarkStopping(rank_);
-  pending_.ForEachWaiting([&](int slot, Pending&) { bits.SetReady(slot); });
-  cache_sync_.MarkSlotsNotHeldUp(joined_, &bits);
+  pending.ForEachWaiting([&](int slot, Pending&) { bits.SetReady(slot); });
+  cache_sync_.MarkSlotsNotHeldUp(entries_.joined(), &bits);
   for (int slot : invalidate) bits.Invalidate(slot);
-  if (!pending_.empty()) last_work_ = now;
+  if (!pending.empty()) last_work_ = now;
   control_plane_->SetActive(now - last_work_ < kActiveFor);
   TFRING_RETURN_IF_ERROR(control_plane_->AllreduceAnd(bits.words()));
 
@@ -163,7 +169,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   cache_sync_.TakeReady(bits, joined, any_joined, &execute, &erased);
   for (int slot : erased) {
     *progress = true;
-    if (pending_.AtSlot(slot)) NegotiateInstead(slot);  // negotiated under its own name
+    if (pending.AtSlot(slot)) entries_.NegotiateInstead(slot);  // negotiated under its own name
   }
 
   // Step 3: a negotiation round when any rank has new requests, or when who has joined
@@ -177,24 +183,18 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   // Step 4: execute.
   if (!execute.empty()) {
     *progress = true;
-    timeline_.MarkCycle();
-    for (const CycleResponses::Item& item : execute.order) {
-      if (!timeline_.active()) break;  // no lookup per tensor when nobody records
-      const Pending* own = nullptr;  // this rank's own (a joined rank's stand-ins come later)
-      if (item.slot >= 0) {
-        own = pending_.AtSlot(item.slot);
-      } else {
-        const auto it = pending_.by_name().find(item.response->name);
-        if (it != pending_.by_name().end()) own = &it->second;
-      }
-      if (own != nullptr) timeline_.Phase(own->entry.request, "QUEUE");
-    }
-    const int64_t bytes = Execute(execute.order);
-    timeline_.Flush();
-    round_.Record(bytes);
+    Execute(execute);
   }
   if (all_joined && !*stop) {
-    FinishJoins(joined_ranks_);
+    // The last to join: of the ranks that joined in this cycle, the highest.
+    int32_t last = size_ - 1;
+    for (int r = size_ - 1; r >= 0; --r) {
+      if (!joined_ranks_[r]) {
+        last = r;
+        break;
+      }
+    }
+    entries_.FinishJoins(last);
     *progress = true;
     joined.assign(size_, false);
     round_.SetJoined(joined);
@@ -218,36 +218,57 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   return Status::OK();
 }
 
-void Coordinator::Finish(const std::string& name, const Status& status) {
-  auto it = pending_.by_name().find(name);
-  TFRING_CHECK(it != pending_.by_name().end()) << "finishing '" << name << "' which is not pending";
-  Finish(it, status);
+Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
+  ResponseList list;
+  TFRING_RETURN_IF_ERROR(round_.Run(control_plane_.get(), entries_.TakeRequestsToSend(), &list));
+  ApplyParams(list);
+  for (Response& r : list.responses) {
+    // This rank's entry waiting on an evicted slot was not ready everywhere (a slot
+    // executed in this cycle is never taken): negotiated from the next cycle on, as the
+    // other ranks' will be.
+    const int evicted = cache_sync_.Record(r);
+    if (evicted >= 0 && entries_.pending().AtSlot(evicted)) entries_.NegotiateInstead(evicted);
+    // Numbers of later unnamed calls agree again: after a call that failed (before it
+    // returns to its caller), and after one this rank sat out while joined.
+    if (!r.ok() || std::find(r.joined.begin(), r.joined.end(), rank_) != r.joined.end()) {
+      unnamed_names_.CatchUp(r.key);
+    }
+    execute->Add(std::move(r));
+  }
+  if (!list.abort_message.empty()) {
+    TFRING_LOG(kError) << list.abort_message;
+    // What was decided before the abort still runs, as on every other rank.
+    execution_.Run(execute->order, fusion_threshold_bytes_.load(), &entries_);
+    *execute = CycleResponses();
+    FailEverything(Status::Aborted(list.abort_message));
+    *stop = true;
+  }
+  return Status::OK();
 }
 
-void Coordinator::Finish(Table::iterator it, const Status& status) {
-  auto done = std::move(it->second.entry.done);
-  timeline_.End(it->second.entry.request);
-  pending_.by_name().erase(it);
-  done(status);
-}
-
-void Coordinator::FinishAtSlot(int slot, const Status& status) {
-  Pending* p = pending_.AtSlot(slot);
-  auto done = std::move(p->entry.done);
-  timeline_.End(p->entry.request);
-  pending_.EraseAtSlot(slot);  // where it is: no move of the entry
-  done(status);
+void Coordinator::Execute(const CycleResponses& execute) {
+  timeline_.MarkCycle();
+  const PendingEntries& pending = entries_.pending();
+  for (const CycleResponses::Item& item : execute.order) {
+    if (!timeline_.active()) break;  // no lookup per tensor when nobody records
+    const Pending* own = nullptr;  // this rank's own (a joined rank's stand-ins come later)
+    if (item.slot >= 0) {
+      own = pending.AtSlot(item.slot);
+    } else {
+      const auto it = pending.by_name().find(item.response->name);
+      if (it != pending.by_name().end()) own = &it->second;
+    }
+    if (own != nullptr) timeline_.Phase(own->entry.request, "QUEUE");
+  }
+  const int64_t bytes =
+      execution_.Run(execute.order, fusion_threshold_bytes_.load(), &entries_);
+  timeline_.Flush();
+  round_.Record(bytes);
 }
 
 void Coordinator::FailEverything(const Status& status) {
   std::vector<std::vector<Entry>> queued = intake_.Close(status);
-  std::vector<std::string> names;
-  for (const auto& kv : pending_.by_name()) names.push_back(kv.first);
-  for (const auto& n : names) Finish(n, NamingTensor(status, n, rank_));
-  for (int slot : pending_.WaitingSlots()) {
-    FinishAtSlot(slot, NamingTensor(status, pending_.AtSlot(slot)->entry.request.name, rank_));
-  }
-  send_order_.clear();
+  entries_.FailAll(status);
   for (std::vector<Entry>& op : queued) {
     for (Entry& e : op) e.done(NamingTensor(status, e.request.name, rank_));
   }

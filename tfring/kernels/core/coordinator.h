@@ -1,6 +1,7 @@
 // Coordinator: turns submitted tensors into collectives executed in the same order on every
-// rank, one cycle at a time (its CycleDriver decides which thread runs the next). The design (the cycle, the response
-// cache, graph bursts, process sets, join) is in docs/architecture.md, 'The cycle'.
+// rank, one cycle at a time (its CycleDriver decides which thread runs the next). The
+// design (the cycle, the response cache, graph bursts, process sets, join) is in
+// docs/architecture.md, 'The cycle'.
 //
 // Who calls what, on which thread:
 //  - Any thread (TF kernels, tests) calls Enqueue() or EnqueueAll(); a graph op's never
@@ -11,18 +12,20 @@
 //    the Backend, and runs the `done` callbacks of what it completes.
 //  - Start() and Shutdown() are called by the owner (the global runtime), once each.
 //
-// Its parts, each owning its state (the rest is the cycle's, owned by whoever runs it):
+// Its parts, each owning its state:
 //  - Intake (intake.h): the queue of submitted ops and the state any thread may ask about;
 //  - CycleDriver (cycle_driver.h): which thread runs the next cycle, the background
 //    thread and its waits, graph bursts;
-//  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
+//  - CycleEntries (cycle_entries.h): the entries taken from the intake and not finished,
+//    each held by its cache slot (found from its kernel's ticket, prefetched) or by name,
+//    and this rank's join;
 //  - CacheSync (cache_sync.h): the response cache, which every rank keeps identical (steps
 //    2 and 3);
-//  - SetExecutorTable (set_executors.h): the executors each process set runs on;
-//  - JoinedStandIns (joined_stand_ins.h): what a joined rank runs in place of its tensors,
-//    for one set's execution;
-//  - the cycle's own: pending entries and joins (coordinator.cc, coordinator_take.cc,
-//    coordinator_negotiate.cc, coordinator_execute.cc).
+//  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
+//  - ExecutionStep (execution_step.h): step 4, with the executors of each process set and
+//    a joined rank's stand-ins.
+// The Coordinator itself (coordinator.cc) runs the steps in order and keeps what links
+// them: every rank's joins as of the last cycle, the tuned fusion threshold and cycle time.
 //
 // Each cycle, run in lockstep by every rank (each step a collective of the control plane):
 //  1. take newly enqueued entries (ops from a graph once their burst has ended);
@@ -31,32 +34,27 @@
 //  4. execute what is ready, in fusion groups (fusion.h), then call each entry's `done`.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <functional>
-#include <map>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "tfring/kernels/common/options.h"
+#include "tfring/kernels/common/status.h"
+#include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/cache_sync.h"
-#include "tfring/kernels/common/options.h"
-#include "tfring/kernels/core/autotuner.h"
 #include "tfring/kernels/core/control_plane.h"
-#include "tfring/kernels/core/cycle_bits.h"
 #include "tfring/kernels/core/cycle_driver.h"
+#include "tfring/kernels/core/cycle_entries.h"
 #include "tfring/kernels/core/cycle_responses.h"
 #include "tfring/kernels/core/entry.h"
+#include "tfring/kernels/core/execution_step.h"
 #include "tfring/kernels/core/group_executor.h"
-#include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/negotiation_round.h"
-#include "tfring/kernels/core/negotiator.h"
 #include "tfring/kernels/core/op_countdown.h"
-#include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/set_executors.h"
 #include "tfring/kernels/core/timeline.h"
 #include "tfring/kernels/core/unnamed_names.h"
@@ -113,72 +111,40 @@ class Coordinator : private CycleDriver::Cycles {
   bool stopped() const;
 
  private:
-  using State = PendingState;
-
   // CycleDriver::Cycles: what the driver runs (cycle_driver.h).
   Status RunCycle(bool* progress, bool* stop) override;  // the cycle, steps 1 to 4
-  bool AnyPending() const override { return !pending_.empty(); }
+  bool AnyPending() const override { return !entries_.pending().empty(); }
   void FailEverything(const Status& status) override;
   SteadyClock::duration cycle_time() const override;
-  void TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate, bool* progress);
-  // Puts one new entry in the table (waiting on its cache slot, or to be negotiated), or
-  // fails it (a name already in flight, an op after join()).
-  void TakeNewEntry(Entry* entry, SteadyClock::time_point now, std::vector<int>* invalidate);
-  // The cache slot of a named entry's name (-1: none): where its kernel's ticket says, while
-  // that slot is unchanged, else looked up by name.
-  int NamedSlot(const Entry& e) const;
-  // In steady state, taking an entry is a few loads of memory that the step's computation
-  // has pushed out of the CPU's caches: its kernel's ticket, its cache slot and the slot's
-  // shape, and where PendingEntries puts it. One after another, each is a full miss
-  // (docs/benchmarks.md); asked for together before the entries are taken, they overlap.
-  void PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const;
-  // The cache slot a new entry may wait on (-1: none). `named_slot` is the slot of its name
-  // (for a named entry); an unnamed call's is its call site's. A slot whose signature
-  // differs is put in *invalidate.
-  int CachedSlotFor(Entry* e, int named_slot, std::vector<int>* invalidate);
-  // The entry waiting on a slot that is gone goes to negotiation (under its own name).
-  void NegotiateInstead(int slot);
+  // Step 3: sends this rank's new requests, and adds rank 0's responses to *execute.
   Status Negotiate(CycleResponses* execute, bool* stop);
-  // Returns the bytes of the collectives it ran.
-  int64_t Execute(const CycleItems& responses);
-  // Runs the responses of one process set that this rank is a member of.
-  int64_t ExecuteInSet(const std::vector<int32_t>& members, const CycleItems& responses);
+  // Step 4, with the timeline's QUEUE phase of each of this rank's own entries.
+  void Execute(const CycleResponses& execute);
   // Checks and normalizes an entry's process set and makes its name the tensor key; a
   // message on error.
   std::string PrepareEntry(Entry* e) const;
-  // Completes the pending join entries (every rank has joined).
-  void FinishJoins(const std::vector<bool>& joined_before);
   void ApplyParams(const ResponseList& list);
-  using Table = PendingEntries::ByName;
-  // Completes a pending entry: takes it out of pending_, then calls its `done`.
-  void Finish(const std::string& name, const Status& status);
-  void Finish(Table::iterator it, const Status& status);
-  void FinishAtSlot(int slot, const Status& status);
 
   const Options options_;
   std::unique_ptr<ControlPlane> control_plane_;
   const int rank_;
   const int size_;
-  SetExecutorTable executors_;
-  const std::vector<int32_t> all_ranks_;  // 0 .. size - 1
+  Timeline timeline_;
 
   // Shared with every thread that submits, shuts down or asks about the state.
   Intake intake_;
   CycleDriver driver_;
-
-  // Owned by whoever runs a cycle.
-  SteadyClock::time_point last_work_{};  // the last cycle that had entries pending
-  std::vector<std::vector<Entry>> taken_;  // what TakeNewEntries took from intake_
-  PendingEntries pending_;
-  std::vector<std::string> send_order_;  // names in kToSend, submission order
-  CacheSync cache_sync_;
-  bool joined_ = false;                // a join entry of this rank is pending
-  std::vector<bool> joined_ranks_;     // as of the last cycle, every rank's
-  Timeline timeline_;
   std::atomic<int64_t> fusion_threshold_bytes_;
   std::atomic<double> cycle_time_ms_;
-  NegotiationRound round_;
   UnnamedNames unnamed_names_;
+
+  // Owned by whoever runs a cycle.
+  CycleEntries entries_;
+  CacheSync cache_sync_;
+  NegotiationRound round_;
+  ExecutionStep execution_;
+  std::vector<bool> joined_ranks_;         // as of the last cycle, every rank's
+  SteadyClock::time_point last_work_{};  // the last cycle that had entries pending
 };
 
 }  // namespace tfring

@@ -4,7 +4,7 @@
 // no rows. Their outputs are thrown away.
 //
 // Made by the thread running a cycle, for the responses of one process set in that cycle
-// (Coordinator::ExecuteInSet), and freed when their execution is over: it owns the entries
+// (ExecutionStep::RunInSet), and freed when their execution is over: it owns the entries
 // and their buffers, which must outlive the executors' calls.
 #pragma once
 

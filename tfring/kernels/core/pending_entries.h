@@ -1,4 +1,4 @@
-// The entries a rank's coordinator has taken from its queue and not yet finished.
+// The entries a rank's cycle has taken and not yet finished (held by CycleEntries).
 //
 // An entry waiting on a response-cache slot (a tensor negotiated before: in steady state,
 // every tensor of a training step) is held by that slot. The cycle learns from the slot's
@@ -9,7 +9,7 @@
 // held by name, since negotiation's responses name what they answer.
 //
 // At most one entry waits on a slot: a slot belongs to one name (or one unnamed call site),
-// and a second entry of that name while the first is pending is refused (Coordinator).
+// and a second entry of that name while the first is pending is refused (CycleEntries).
 #pragma once
 
 #include <optional>
@@ -53,6 +53,10 @@ class PendingEntries {
 
   // The entry waiting on cache slot `slot`, or null.
   Pending* AtSlot(int slot) {
+    return slot < static_cast<int>(by_slot_.size()) && by_slot_[slot] ? &*by_slot_[slot]
+                                                                       : nullptr;
+  }
+  const Pending* AtSlot(int slot) const {
     return slot < static_cast<int>(by_slot_.size()) && by_slot_[slot] ? &*by_slot_[slot]
                                                                        : nullptr;
   }

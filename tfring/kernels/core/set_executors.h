@@ -2,7 +2,8 @@
 // job's own (the host executor over the backend, and the device executor); any other set
 // on those the ProcessSetFactory makes for its members on first use, kept until shutdown.
 //
-// Used only by the thread that runs a cycle (Coordinator's execution step), so unlocked.
+// Owned by the execution step (execution_step.h), used only by the thread that runs a
+// cycle, so unlocked.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,13 @@
-// How the cycle takes new entries from the queue: each one found a cache slot (from its
-// kernel's ticket, by name, or by its call site when unnamed) and held there, or held by
-// name for negotiation; and an entry moved from its slot to negotiation. The cycle itself
-// is in coordinator.cc.
+#include "tfring/kernels/core/cycle_entries.h"
+
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
-#include "tfring/kernels/core/coordinator.h"
+#include "tfring/kernels/common/logging.h"
+#include "tfring/kernels/core/message.h"
+#include "tfring/kernels/core/tensor_key.h"
 
 namespace tfring {
 namespace {
@@ -15,18 +17,17 @@ constexpr double kCachedWaitDemoteSeconds = 1.0;
 
 }  // namespace
 
-void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* invalidate,
-                                 bool* progress) {
-  std::vector<std::vector<Entry>>& fresh = taken_;  // empty; its capacity is reused
-  intake_.Take(&fresh);
-  PrefetchSlots(fresh);
-  for (std::vector<Entry>& op : fresh) {
+void CycleEntries::Take(Intake* intake, const ResponseCache& cache, SteadyClock::time_point now,
+                        std::vector<int>* invalidate, bool* progress) {
+  intake->Take(&taken_);  // taken_ is empty; its capacity is reused
+  PrefetchSlots(cache);
+  for (std::vector<Entry>& op : taken_) {
     for (Entry& e : op) {
       *progress = true;
-      TakeNewEntry(&e, now, invalidate);
+      TakeOne(&e, cache, now, invalidate);
     }
   }
-  fresh.clear();  // each entry moved into pending_ or failed
+  taken_.clear();  // each entry moved into pending_ or failed
   // A cached entry that waited long gives up its slot: rank 0 then sees it in negotiation,
   // where the stall inspector can name the ranks that have not submitted it.
   pending_.ForEachWaiting([&](int slot, Pending& p) {
@@ -36,8 +37,8 @@ void Coordinator::TakeNewEntries(SteadyClock::time_point now, std::vector<int>* 
   });
 }
 
-void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
-                               std::vector<int>* invalidate) {
+void CycleEntries::TakeOne(Entry* entry, const ResponseCache& cache,
+                           SteadyClock::time_point now, std::vector<int>* invalidate) {
   Entry& e = *entry;
   const std::string& name = e.request.name;  // an unnamed call's own, "unnamed.<n>"
   if (e.request.kind == CollectiveKind::kJoin && joined_) {
@@ -47,7 +48,7 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
   }
   // A named entry's cache slot, from its kernel's ticket or found by name, once: it also
   // says whether an entry of that name waits there already.
-  const int named_slot = CachedByCallSite(e.request) ? -1 : NamedSlot(e);
+  const int named_slot = CachedByCallSite(e.request) ? -1 : NamedSlot(e, cache);
   if ((named_slot >= 0 && pending_.AtSlot(named_slot)) || pending_.HasName(name)) {
     e.done(Status::InvalidArgument(
         "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
@@ -61,9 +62,7 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
     // member of the set as having none.
     joined_ = true;
     for (int slot : pending_.WaitingSlots()) invalidate->push_back(slot);
-    std::string key = name;
-    pending_.by_name().emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
-                               std::forward_as_tuple(std::move(e), State::kJoined, now));
+    HoldByName(&e, State::kJoined, now);
     return;
   }
   if (joined_) {
@@ -72,22 +71,26 @@ void Coordinator::TakeNewEntry(Entry* entry, SteadyClock::time_point now,
         "' until every rank has joined"));
     return;
   }
-  const int slot = CachedSlotFor(&e, named_slot, invalidate);
-  timeline_.Submitted(e.request, e.created);
-  timeline_.Phase(e.request, "NEGOTIATE");
+  const int slot = CachedSlotFor(&e, cache, named_slot, invalidate);
+  timeline_->Submitted(e.request, e.created);
+  timeline_->Phase(e.request, "NEGOTIATE");
   if (slot >= 0) {
     pending_.PlaceAtSlot(slot, std::move(e), now);
     return;
   }
   send_order_.push_back(name);
-  std::string key = name;
-  pending_.by_name().emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
-                             std::forward_as_tuple(std::move(e), State::kToSend, now));
+  HoldByName(&e, State::kToSend, now);
 }
 
-void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) const {
+void CycleEntries::HoldByName(Entry* e, State state, SteadyClock::time_point now) {
+  std::string key = e->request.name;
+  pending_.by_name().emplace(std::piecewise_construct, std::forward_as_tuple(std::move(key)),
+                             std::forward_as_tuple(std::move(*e), state, now));
+}
+
+void CycleEntries::PrefetchSlots(const ResponseCache& cache) const {
   const auto each_ticket = [&](auto fn) {
-    for (const std::vector<Entry>& op : ops) {
+    for (const std::vector<Entry>& op : taken_) {
       for (const Entry& e : op) {
         if (e.cache_ticket != nullptr) fn(e.cache_ticket);
       }
@@ -98,7 +101,6 @@ void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) cons
   const auto slot_of = [](const CacheTicket* t) {
     return CacheTicket::SlotOf(t->value.load(std::memory_order_relaxed));
   };
-  const ResponseCache& cache = cache_sync_.cache();
   each_ticket([&](const CacheTicket* t) {
     const int slot = slot_of(t);
     cache.Prefetch(slot, /*deep=*/false);
@@ -107,7 +109,7 @@ void Coordinator::PrefetchSlots(const std::vector<std::vector<Entry>>& ops) cons
   each_ticket([&](const CacheTicket* t) { cache.Prefetch(slot_of(t), /*deep=*/true); });
 }
 
-int Coordinator::NamedSlot(const Entry& e) const {
+int CycleEntries::NamedSlot(const Entry& e, const ResponseCache& cache) {
   if (e.cache_ticket != nullptr) {
     const uint64_t ticket = e.cache_ticket->value.load(std::memory_order_relaxed);
     const int slot = CacheTicket::SlotOf(ticket);
@@ -115,14 +117,14 @@ int Coordinator::NamedSlot(const Entry& e) const {
     // Unchanged since it was issued for this name (a ticket serves one name: entry.h), so
     // it still holds this name: no compare of names, whose strings are cold in the CPU's
     // caches after a step's copies (docs/benchmarks-allreduce.md).
-    if (cache_sync_.cache().Holds(slot, generation)) return slot;
+    if (cache.Holds(slot, generation)) return slot;
   }
-  return cache_sync_.cache().Find(e.request.name);
+  return cache.Find(e.request.name);
 }
 
-int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* invalidate) {
+int CycleEntries::CachedSlotFor(Entry* e, const ResponseCache& cache, int named_slot,
+                                std::vector<int>* invalidate) const {
   const Request& q = e->request;
-  const ResponseCache& cache = cache_sync_.cache();
   if (!CachedByCallSite(q)) {  // named, or named after its graph: cached under its name
     // The slot is this name's (found by name, or by a ticket of this name): compare the rest.
     if (named_slot >= 0 && cache.signature(named_slot).SameButName(q)) {
@@ -152,12 +154,68 @@ int Coordinator::CachedSlotFor(Entry* e, int named_slot, std::vector<int>* inval
   return slot;
 }
 
-void Coordinator::NegotiateInstead(int slot) {
+void CycleEntries::NegotiateInstead(int slot) {
   Pending moved = pending_.TakeFromSlot(slot);
   moved.state = State::kToSend;
   std::string key = moved.entry.request.name;
   send_order_.push_back(key);
   pending_.by_name().emplace(std::move(key), std::move(moved));
+}
+
+std::vector<Request> CycleEntries::TakeRequestsToSend() {
+  std::vector<Request> mine;
+  for (const std::string& name : send_order_) {
+    auto it = pending_.by_name().find(name);
+    if (it == pending_.by_name().end() || it->second.state != State::kToSend) continue;
+    it->second.state = State::kSent;
+    mine.push_back(it->second.entry.request);
+  }
+  send_order_.clear();
+  return mine;
+}
+
+void CycleEntries::FinishJoins(int32_t last) {
+  joined_ = false;
+  std::vector<std::string> joins;
+  for (const auto& kv : pending_.by_name()) {
+    if (kv.second.state == State::kJoined) joins.push_back(kv.first);
+  }
+  for (const std::string& name : joins) {
+    Entry& e = pending_.by_name().at(name).entry;
+    if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
+    Finish(name, Status::OK());
+  }
+}
+
+void CycleEntries::Finish(const std::string& name, const Status& status) {
+  auto it = pending_.by_name().find(name);
+  TFRING_CHECK(it != pending_.by_name().end()) << "finishing '" << name << "' which is not pending";
+  Finish(it, status);
+}
+
+void CycleEntries::Finish(Table::iterator it, const Status& status) {
+  auto done = std::move(it->second.entry.done);
+  timeline_->End(it->second.entry.request);
+  pending_.by_name().erase(it);
+  done(status);
+}
+
+void CycleEntries::FinishAtSlot(int slot, const Status& status) {
+  Pending* p = pending_.AtSlot(slot);
+  auto done = std::move(p->entry.done);
+  timeline_->End(p->entry.request);
+  pending_.EraseAtSlot(slot);  // where it is: no move of the entry
+  done(status);
+}
+
+void CycleEntries::FailAll(const Status& status) {
+  std::vector<std::string> names;
+  for (const auto& kv : pending_.by_name()) names.push_back(kv.first);
+  for (const auto& n : names) Finish(n, NamingTensor(status, n, rank_));
+  for (int slot : pending_.WaitingSlots()) {
+    FinishAtSlot(slot, NamingTensor(status, pending_.AtSlot(slot)->entry.request.name, rank_));
+  }
+  send_order_.clear();
 }
 
 }  // namespace tfring

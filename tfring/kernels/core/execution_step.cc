@@ -1,7 +1,4 @@
-// The coordinator's execution of negotiated responses: set by set, fusion group by fusion
-// group, through the host or device executor (with a joined rank's stand-ins,
-// joined_stand_ins.h, in place of data it does not have), and the completion of joins. The cycle that decides
-// what to execute is in coordinator.cc.
+// The execution step (execution_step.h): set by set, fusion group by fusion group.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -12,7 +9,7 @@
 
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/buffer_layout.h"
-#include "tfring/kernels/core/coordinator.h"
+#include "tfring/kernels/core/execution_step.h"
 #include "tfring/kernels/core/fusion.h"
 #include "tfring/kernels/core/joined_stand_ins.h"
 
@@ -45,29 +42,25 @@ Status FailureWhere(const Status& s, const std::vector<const Response*>& group, 
 
 }  // namespace
 
-void Coordinator::FinishJoins(const std::vector<bool>& joined_before) {
-  // The last to join: of the ranks that joined in this cycle, the highest.
-  int32_t last = -1;
-  for (int r = 0; r < size_; ++r) {
-    if (!joined_before[r]) last = r;
-  }
-  if (last < 0) last = size_ - 1;
-  joined_ = false;
-  std::vector<std::string> joins;
-  for (const auto& kv : pending_.by_name()) {
-    if (kv.second.state == State::kJoined) joins.push_back(kv.first);
-  }
-  for (const std::string& name : joins) {
-    Entry& e = pending_.by_name().at(name).entry;
-    if (e.output != nullptr) *static_cast<int32_t*>(e.output) = last;
-    Finish(name, Status::OK());
-  }
-}
+ExecutionStep::ExecutionStep(std::unique_ptr<Backend> backend, int rank, int size,
+                             std::unique_ptr<GroupExecutor> device,
+                             ProcessSetFactory process_sets, int64_t fusion_alone_bytes,
+                             Timeline* timeline)
+    : rank_(rank),
+      size_(size),
+      all_ranks_(SetMembers({}, size)),
+      fusion_alone_bytes_(fusion_alone_bytes),
+      timeline_(timeline),
+      executors_(std::move(backend), rank, size, std::move(device), std::move(process_sets),
+                 timeline) {}
 
-int64_t Coordinator::Execute(const CycleItems& responses) {
+int64_t ExecutionStep::Run(const CycleItems& responses, int64_t fusion_threshold_bytes,
+                           CycleEntries* entries) {
   bool all_global = true;
   for (const auto& item : responses) all_global = all_global && item.response->key.set.empty();
-  if (all_global) return ExecuteInSet(all_ranks_, responses);  // without the sorting below
+  if (all_global) {  // without the sorting below
+    return RunInSet(all_ranks_, responses, fusion_threshold_bytes, entries);
+  }
   // Set by set, in the order the sets first appear: the same on every rank.
   std::vector<std::vector<int32_t>> order;
   std::map<std::vector<int32_t>, CycleItems> by_set;
@@ -79,13 +72,16 @@ int64_t Coordinator::Execute(const CycleItems& responses) {
   int64_t bytes = 0;
   for (const std::vector<int32_t>& set : order) {
     const std::vector<int32_t> members = SetMembers(set, size_);
-    if (IsMember(members, rank_)) bytes += ExecuteInSet(members, by_set[set]);
+    if (IsMember(members, rank_)) {
+      bytes += RunInSet(members, by_set[set], fusion_threshold_bytes, entries);
+    }
   }
   return bytes;
 }
 
-int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
-                                  const CycleItems& responses) {
+int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
+                                const CycleItems& responses, int64_t fusion_threshold_bytes,
+                                CycleEntries* entries) {
   const int position = PositionIn(members, rank_);
   const int set_size = static_cast<int>(members.size());
   std::unique_ptr<JoinedStandIns> stand_ins;  // made when this rank has joined and needs them
@@ -94,21 +90,22 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   std::vector<const Response*> runs;
   runs.reserve(responses.size());
   std::deque<Response> changed;
-  std::vector<Entry*> entries;
-  entries.reserve(responses.size());
+  std::vector<Entry*> run_entries;
+  run_entries.reserve(responses.size());
   // Where each of this rank's own entries is held: its cache slot, or its place in
-  // pending_.by_name() (nothing is added there until the cycle ends, and erasing one entry
+  // the table by name (nothing is added there until the cycle ends, and erasing one entry
   // leaves the others' places valid). Neither: a joined rank's stand-in.
   struct Owner {
     int slot = -1;
     bool by_name = false;
-    Table::iterator it;
+    CycleEntries::Table::iterator it;
   };
-  const auto finish_owned = [this](const Owner& o, const Status& status) {
+  PendingEntries& pending = entries->pending();
+  const auto finish_owned = [entries](const Owner& o, const Status& status) {
     if (o.slot >= 0) {
-      FinishAtSlot(o.slot, status);
+      entries->FinishAtSlot(o.slot, status);
     } else {
-      Finish(o.it, status);
+      entries->Finish(o.it, status);
     }
   };
   std::vector<Owner> owners;
@@ -117,12 +114,12 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     const Response* rp = item.response;
     Owner owner;
     Entry* own = nullptr;
-    if (item.slot >= 0 && pending_.AtSlot(item.slot)) {
+    if (item.slot >= 0 && pending.AtSlot(item.slot)) {
       owner.slot = item.slot;
-      own = &pending_.AtSlot(item.slot)->entry;
+      own = &pending.AtSlot(item.slot)->entry;
     } else if (item.slot < 0) {
-      auto it = pending_.by_name().find(rp->name);
-      if (it != pending_.by_name().end() && it->second.state != State::kJoined) {
+      auto it = pending.by_name().find(rp->name);
+      if (it != pending.by_name().end() && it->second.state != PendingState::kJoined) {
         owner.by_name = true;
         owner.it = it;
         own = &it->second.entry;
@@ -134,7 +131,8 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
       if (own) finish_owned(owner, Status::FailedPrecondition(error));
       continue;
     }
-    TFRING_CHECK(own || joined_) << "response for '" << rp->name << "' which is not pending";
+    TFRING_CHECK(own || entries->joined())
+        << "response for '" << rp->name << "' which is not pending";
     const Response* r = rp;
     if (r->kind == CollectiveKind::kBroadcast) {
       const int root_position = PositionIn(members, r->root_rank);
@@ -146,7 +144,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
     }
     runs.push_back(r);
     if (!own && !stand_ins) stand_ins = std::make_unique<JoinedStandIns>();
-    entries.push_back(own ? own : stand_ins->For(*r, position, set_size));
+    run_entries.push_back(own ? own : stand_ins->For(*r, position, set_size));
     owners.push_back(owner);
   }
   std::vector<FusionItem> items;
@@ -159,12 +157,12 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
   GroupExecutor* host = nullptr;
   GroupExecutor* device = nullptr;
   const Status made = executors_.For(members, &host, &device);
-  for (const std::vector<int>& group : PlanFusion(items, fusion_threshold_bytes_.load(),
-                                                       options_.fusion_alone_bytes)) {
+  for (const std::vector<int>& group :
+       PlanFusion(items, fusion_threshold_bytes, fusion_alone_bytes_)) {
     std::vector<Entry*> es;
     std::vector<const Response*> rs;
     for (int i : group) {
-      es.push_back(entries[i]);
+      es.push_back(run_entries[i]);
       rs.push_back(items[i].response);
     }
     const Response& head = *rs[0];
@@ -202,7 +200,7 @@ int64_t Coordinator::ExecuteInSet(const std::vector<int32_t>& members,
       if (owners[i].slot >= 0 || owners[i].by_name) {
         finish_owned(owners[i], s);
       } else {
-        timeline_.End(entries[i]->request);  // a joined rank's stand-in
+        timeline_->End(run_entries[i]->request);  // a joined rank's stand-in
       }
     }
   }
