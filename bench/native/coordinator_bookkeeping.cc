@@ -9,7 +9,7 @@
 // Two shapes of a training step, for 1, 10, 100 and 1000 tensors:
 //  - "grouped": one op of N tensors (EnqueueAll), as a grouped_allreduce;
 //  - "separate": N graph ops, one tensor each, as a Keras step's gradients (the cycle waits
-//    for the burst; after the first rounds it knows its size, coordinator.h).
+//    for the burst; after the first rounds it knows its size, cycle_driver.h).
 // A round runs from the first submission to the last `done`, timed on every rank's thread
 // (which sleeps meanwhile); the median over the rounds after 50 warm-ups is printed for the
 // slowest rank, and what each tensor adds to a round, from the rounds of 100 and 1000. Names are as long as a Keras gradient's, so that hashing them costs what

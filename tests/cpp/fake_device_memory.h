@@ -1,5 +1,5 @@
 // FakeDeviceMemory: DeviceMemory over host memory, so that the runtime's device path (the
-// coordinator's routing, the staging executor) runs in tests without a GPU.
+// execution step's routing by device, the staging executor) runs in tests without a GPU.
 //
 // A "ready event" is a FakeEvent: WaitForInput blocks until a test sets it, as a CUDA event
 // completes once the producer kernel has written the input. Copies are counted, and each

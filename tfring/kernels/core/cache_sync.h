@@ -2,7 +2,8 @@
 // lockstep, so that every rank's copy stays identical: the cycle count, the bits a rank
 // sets for slots it never holds up, what the AND of the bits erases and makes ready, and
 // rank 0's cacheable responses recorded in list order. It alone writes the cache; the
-// coordinator's take step reads it (cache()) to find the slot a new entry may wait on.
+// take step (CycleEntries::Take, cycle_entries.h) reads it to find the slot a new entry
+// may wait on.
 //
 // Used only by the thread that runs a cycle (coordinator.h), on every rank in the same
 // cycles, in the order of the cycle's steps.

@@ -237,7 +237,8 @@ Status Coordinator::Negotiate(CycleResponses* execute, bool* stop) {
   }
   if (!list.abort_message.empty()) {
     TFRING_LOG(kError) << list.abort_message;
-    // What was decided before the abort still runs, as on every other rank.
+    // What was decided before the abort still runs, as on every other rank; not through
+    // Execute(): an aborting cycle records nothing for the timeline or the autotuner.
     execution_.Run(execute->order, fusion_threshold_bytes_.load(), &entries_);
     *execute = CycleResponses();
     FailEverything(Status::Aborted(list.abort_message));

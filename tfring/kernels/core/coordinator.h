@@ -25,7 +25,9 @@
 //  - ExecutionStep (execution_step.h): step 4, with the executors of each process set and
 //    a joined rank's stand-ins.
 // The Coordinator itself (coordinator.cc) runs the steps in order and keeps what links
-// them: every rank's joins as of the last cycle, the tuned fusion threshold and cycle time.
+// them: every rank's joins as of the last cycle, the tuned fusion threshold and cycle time,
+// the timeline every part records into, the numbering of unnamed calls (unnamed_names.h)
+// and when the job last had work (the control plane's activity).
 //
 // Each cycle, run in lockstep by every rank (each step a collective of the control plane):
 //  1. take newly enqueued entries (ops from a graph once their burst has ended);
@@ -116,9 +118,13 @@ class Coordinator : private CycleDriver::Cycles {
   bool AnyPending() const override { return !entries_.pending().empty(); }
   void FailEverything(const Status& status) override;
   SteadyClock::duration cycle_time() const override;
-  // Step 3: sends this rank's new requests, and adds rank 0's responses to *execute.
+  // Step 3: sends this rank's new requests; applies the tuned settings rank 0 sent, records
+  // its responses in the cache (an entry on an evicted slot is then negotiated), re-aligns
+  // the numbering of unnamed calls, and adds the responses to *execute. On rank 0's abort,
+  // runs what was decided before it, fails everything and sets *stop.
   Status Negotiate(CycleResponses* execute, bool* stop);
-  // Step 4, with the timeline's QUEUE phase of each of this rank's own entries.
+  // Step 4: the timeline's cycle mark and QUEUE phases, the execution, and its bytes
+  // recorded for the autotuner.
   void Execute(const CycleResponses& execute);
   // Checks and normalizes an entry's process set and makes its name the tensor key; a
   // message on error.
@@ -129,7 +135,7 @@ class Coordinator : private CycleDriver::Cycles {
   std::unique_ptr<ControlPlane> control_plane_;
   const int rank_;
   const int size_;
-  Timeline timeline_;
+  Timeline timeline_;  // before entries_ and execution_, which keep its address
 
   // Shared with every thread that submits, shuts down or asks about the state.
   Intake intake_;

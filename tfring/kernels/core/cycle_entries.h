@@ -27,7 +27,7 @@ class CycleEntries {
   using State = PendingState;
   using Table = PendingEntries::ByName;
 
-  // Every entry's submission, phases and end are recorded into `timeline`.
+  // Entries' submission, NEGOTIATE phase and end are recorded into `timeline`.
   CycleEntries(int rank, Timeline* timeline) : rank_(rank), timeline_(timeline) {}
 
   // Step 1: takes what `intake` holds into the table, reading `cache` (which it never
@@ -57,7 +57,9 @@ class CycleEntries {
   void FailAll(const Status& status);
 
   // The table: read by the cycle's bits and the execution step, which finds each of its
-  // responses' own entries there (and finishes them through the calls above).
+  // responses' own entries there (and finishes them through the calls above). Iterators
+  // into pending().by_name() stay valid until the next Take or NegotiateInstead: Finish
+  // only erases.
   PendingEntries& pending() { return pending_; }
   const PendingEntries& pending() const { return pending_; }
 

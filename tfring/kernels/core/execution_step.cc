@@ -93,8 +93,8 @@ int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
   std::vector<Entry*> run_entries;
   run_entries.reserve(responses.size());
   // Where each of this rank's own entries is held: its cache slot, or its place in
-  // the table by name (nothing is added there until the cycle ends, and erasing one entry
-  // leaves the others' places valid). Neither: a joined rank's stand-in.
+  // the table by name (nothing is added there during execution, and erasing one entry
+  // leaves the others' places valid: cycle_entries.h). Neither: a joined rank's stand-in.
   struct Owner {
     int slot = -1;
     bool by_name = false;

@@ -4,8 +4,9 @@
 // (set_executors.h), with a joined rank's stand-ins (joined_stand_ins.h) in place of the
 // data it does not have; then finishes this rank's own entries with the group's status.
 //
-// Who calls it: only the thread that runs a cycle, so unlocked. It owns the executors of
-// every process set; the entries it finishes are CycleEntries'.
+// Who calls it: only the thread that runs a cycle, so unlocked (but supports_sets(), fixed
+// at construction, from any thread). It owns the executors of every process set; the
+// entries it finishes are CycleEntries'.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ class ExecutionStep {
   // them that is one of `entries`' own. Returns the bytes of the collectives it ran.
   int64_t Run(const CycleItems& responses, int64_t fusion_threshold_bytes,
               CycleEntries* entries);
-  // Whether process sets other than all ranks can run at all.
+  // Whether process sets other than all ranks can run at all. Any thread.
   bool supports_sets() const { return executors_.supports_sets(); }
 
  private:

@@ -3,7 +3,7 @@
 // on those the ProcessSetFactory makes for its members on first use, kept until shutdown.
 //
 // Owned by the execution step (execution_step.h), used only by the thread that runs a
-// cycle, so unlocked.
+// cycle, so unlocked (but supports_sets(), fixed at construction, from any thread).
 #pragma once
 
 #include <cstdint>
