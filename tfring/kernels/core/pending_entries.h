@@ -52,13 +52,12 @@ class PendingEntries {
   }
 
   // The entry waiting on cache slot `slot`, or null.
-  Pending* AtSlot(int slot) {
-    return slot < static_cast<int>(by_slot_.size()) && by_slot_[slot] ? &*by_slot_[slot]
-                                                                       : nullptr;
-  }
   const Pending* AtSlot(int slot) const {
     return slot < static_cast<int>(by_slot_.size()) && by_slot_[slot] ? &*by_slot_[slot]
                                                                        : nullptr;
+  }
+  Pending* AtSlot(int slot) {
+    return const_cast<Pending*>(static_cast<const PendingEntries*>(this)->AtSlot(slot));
   }
   // Asks the CPU to load, for writing, where PlaceAtSlot would put an entry on `slot` (any
   // int: outside the slots made so far, nothing).
