@@ -296,9 +296,30 @@ def _job_comm():
     return comm
 
 
+# A communicator tfring failed to start on because a worker was lost meanwhile: the next
+# re-forming revokes and shrinks it, not the job's older one, so no survivor stays blocked in
+# its start.
+_failed_start = None
+
+
 def _restart_on(comm):
-    _init.init(comm=comm)
+    global _failed_start
+    try:
+        _init.init(comm=comm)
+    except (RuntimeError, ConnectionError) as e:
+        if not _lost_members(comm):
+            raise
+        _failed_start = comm
+        raise HorovodInternalError(f"a worker was lost while tfring started again: {e}") from e
     process_sets.new_world()
+
+
+def _lost_members(comm):
+    """Whether MPI knows of a process of `comm` that failed (ULFM)."""
+    try:
+        return comm.Get_failed().Get_size() > 0
+    except (AttributeError, NotImplementedError):
+        return False
 
 
 def _reset_after_loss(limits):
@@ -306,7 +327,8 @@ def _reset_after_loss(limits):
     below --min-np, waits for the host discovery to offer enough new workers."""
     from mpi4py import MPI
 
-    comm = _job_comm()
+    global _failed_start
+    comm, _failed_start = (_failed_start or _job_comm()), None
     old_labels = MEMBERS.labels if MEMBERS.labels_comm is comm else None
     runtime.shutdown()
     try:
@@ -368,11 +390,15 @@ def run(func):
         reset = None
         skip_sync = False
         while True:
-            if reset is not None:
-                reset()
-                resets += 1
-                state.on_reset()
             try:
+                # Inside the try: a worker lost while the job re-forms, in a reset callback's
+                # collective or at the sync rolls back and re-forms once more, as a loss
+                # during training does.
+                if reset is not None:
+                    reset()
+                    reset = None
+                    resets += 1
+                    state.on_reset()
                 if not skip_sync:
                     # --reset-limit counts the job's resets, not this process's: a worker
                     # that has just joined (at this same sync) takes rank 0's count.

@@ -54,12 +54,14 @@ def report(state, values, expected, sizes_at_reset, me):
           flush=True)
 
 
-def _custom_loop(kills, raises=False):
+def _custom_loop(kills, raises=False, dies_in_reset=None):
     """Horovod's elastic pattern with a custom loop (TensorFlowKerasState, @run, commit):
     the worker started as rank kills[b] dies at batch b (SIGKILL, or with `raises` an
     exception out of its training function, Horovod's exit_mode='exception'); the others roll
-    back to their commit, re-form, and finish 20 batches. Each survivor checks its weights
-    against numpy's run of the same training."""
+    back to their commit, re-form, and finish 20 batches. The worker started as rank
+    `dies_in_reset` dies in the first reset callback, before the callback's allreduce that
+    the others are in. Each survivor checks its weights against numpy's run of the same
+    training."""
     import keras
     from tfring import elastic
 
@@ -76,6 +78,12 @@ def _custom_loop(kills, raises=False):
         sizes_at_reset.append(tfring.size())
         print(f"rank {me}: reset at batch {state.batch}: now rank {tfring.rank()} of "
               f"{tfring.size()}", flush=True)
+        if dies_in_reset is not None:
+            if me == dies_in_reset:
+                say(f"killing myself in the reset callback at {time.time():.3f}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            workers_now = tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name="in_reset")
+            say(f"the reset callback's allreduce counted {int(workers_now[0])} worker(s)")
         try:
             tfring.allreduce(tf.constant([1.0]), process_set=pair, name="old_pair")
             say("the old process set was used")
@@ -112,8 +120,11 @@ def _custom_loop(kills, raises=False):
         print(f"rank {me}: stopped at {time.time():.3f}", flush=True)
         raise
     schedule = []
+    first_kill = min(kills)
     for step in range(20):  # each kill leaves one worker fewer from its batch on
-        schedule.append((workers - sum(1 for b in kills if b <= step), step, 0.05))
+        lost = sum(1 for b in kills if b <= step)
+        lost += dies_in_reset is not None and step >= first_kill
+        schedule.append((workers - lost, step, 0.05))
     report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
            sizes_at_reset, me)
     tfring.shutdown()
@@ -121,6 +132,10 @@ def _custom_loop(kills, raises=False):
 
 def elastic_custom_loop():
     _custom_loop({8: 2})  # of 3 workers
+
+
+def elastic_lost_in_reset():
+    _custom_loop({8: 2}, dies_in_reset=1)  # of 3 workers: rank 0 finishes alone
 
 
 def elastic_worker_raises():

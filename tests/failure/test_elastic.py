@@ -42,6 +42,19 @@ def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
                 "was made before the job lost a worker") in out, out
 
 
+def test_a_worker_lost_during_the_reset_rolls_back_and_re_forms_again():
+    # Rank 2 dies at batch 8; while the job re-forms at 2, rank 1 dies in the first reset
+    # callback, before the callback's allreduce rank 0 is in. Rank 0 rolls back to batch 8
+    # again, re-forms alone, its callback's allreduce counts 1, and it finishes as numpy's
+    # replay of 3 workers for batches 0-7 and 1 from batch 8 on.
+    _, out, _ = run_scenario("elastic_lost_in_reset", ranks=3, timeout=180,
+                             script="elastic_scenarios.py", mpirun_options=("--with-ft", "ulfm"))
+    assert re.search(r"rank 1: killing myself in the reset callback", out), out
+    assert "rank 0: the reset callback's allreduce counted 1 worker(s)" in out, out
+    assert re.search(r"rank 0: finished at epoch - batch 20 as rank 0 of 1, resets saw sizes "
+                     r"\[2, 1\], matches numpy: True", out), out
+
+
 def test_rank_0_lost_after_uncommitted_steps_rolls_back_and_renumbers():
     # Commits every 3 batches; rank 0 dies after batch 4, with batches 3 and 4 done but not
     # committed. The survivors roll back to batch 3 and do 3 and 4 again as 2 (numpy's
