@@ -5,9 +5,10 @@ Stages: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NC
 per GPU, skipped with the reason where there is none), the same native tests built with
 AddressSanitizer+UBSan and with ThreadSanitizer, unit tests (one process), parallel tests
 under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
-TF_USE_LEGACY_KERAS=1 (the sharded ones at 3 ranks too), the Adasum tests at 4 ranks, failure
-scenarios, jobs with init(comm=...) and mpi4py, the examples (each run under mpirun as a user
-would), a job across two hosts made on this machine (tests/multihost).
+TF_USE_LEGACY_KERAS=1 (the sharded ones and the accumulation counts at 3 ranks too), the
+Adasum tests at 4 ranks, failure scenarios, jobs with init(comm=...) and mpi4py, the
+examples (each run under mpirun as a user would), a job across two hosts made on this machine
+(tests/multihost).
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
@@ -191,10 +192,17 @@ def main():
                     "tests/parallel/test_tf_keras_sharded.py",
                     "tests/parallel/test_tf_keras_legacy_sharded.py"], 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
-    # Sharded state's blocks split variables differently at 3 ranks.
-    stages.append(("parallel tf_keras sharded np=3", MPIRUN + ["-np", "3", "--tag-output"] +
-                   PYTEST + ["-x", "tests/parallel/test_tf_keras_sharded.py",
-                             "tests/parallel/test_tf_keras_legacy_sharded.py"], 300,
+    # Sharded state's blocks split variables differently at 3 ranks; the counts of
+    # accumulation (Horovod's on tf_keras) and fit against one process hold at any size.
+    at_three = [f"tests/parallel/test_tf_keras.py::test_{name}" for name in (
+        "fit_matches_one_process", "accumulation_equals_a_larger_batch",
+        "accumulation_counts_every_pass_as_horovod",
+        "legacy_optimizer_in_a_tf1_graph_in_horovods_order",
+        "aggregation_helper_counts_every_pass_of_a_tf_keras_optimizer")]
+    stages.append(("parallel tf_keras np=3", MPIRUN + ["-np", "3", "--tag-output"] +
+                   PYTEST + ["-x"] + at_three + ["tests/parallel/test_tf_keras_sharded.py",
+                                                 "tests/parallel/test_tf_keras_legacy_sharded.py"],
+                   400,
                    "[1,0]<stdout>", dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
     # Adasum's tree has a second level only from 4 ranks on.
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +

@@ -151,13 +151,17 @@ def apply_on_update_step(is_update, apply_fn, skip_fn=None):
     """Runs `apply_fn()` (the optimizer's apply) only on update steps, and `skip_fn()` (if
     given) on the others; returns the op."""
     def run(fn):
-        result = fn()
         # TF1 graphs do not run what nothing depends on: make the branch wait for the fn.
-        deps = [r for r in tf.nest.flatten(result) if isinstance(r, (tf.Operation, tf.Tensor))]
-        with tf.control_dependencies(deps):
+        with tf.control_dependencies(graph_ops(fn())):
             return tf.no_op()
     return tf.cond(is_update, lambda: run(apply_fn),
                    (lambda: run(skip_fn)) if skip_fn else tf.no_op)
+
+
+def graph_ops(result):
+    """The ops and tensors in `result` (an apply's return value: an op, a tensor, a variable,
+    None or a structure of them), for control dependencies."""
+    return [r for r in tf.nest.flatten(result) if isinstance(r, (tf.Operation, tf.Tensor))]
 
 
 def _pick(values, indices):

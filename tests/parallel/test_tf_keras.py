@@ -109,6 +109,34 @@ def test_accumulation_counts_every_pass_as_horovod(rank, size, legacy, aggregate
 
 
 @pytest.mark.parametrize("passes", [1, 2])
+def test_legacy_optimizer_in_a_tf1_graph_in_horovods_order(rank, size, passes):
+    # A TF1 graph and session, as Horovod's TF1 scripts with a tf_keras optimizer: the
+    # wrapper, minimize(), then the initializer. loss = sum(w * (r + 1)) on rank r, so every
+    # pass's gradient is r + 1; an update applies lr times the passes' sum (Horovod's
+    # default) of the ranks' mean. A graph runs only what the train op depends on: the
+    # update, the sums' reset and the count of a pass that applies nothing must all hang
+    # from it.
+    lr, runs = 0.5, 4
+    mean_grad = sum(r + 1 for r in range(size)) / size
+    with tf.Graph().as_default():
+        w = tf.Variable([1.0, -1.0])
+        opt = hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(lr),
+                                       backward_passes_per_step=passes)
+        train = opt.minimize(lambda: tf.reduce_sum(w * float(rank + 1)), var_list=[w])
+        init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session() as session:
+            session.run(init)
+            for run in range(runs):
+                session.run(train)
+                updates = (run + 1) // passes
+                np.testing.assert_allclose(
+                    session.run(w), np.array([1.0, -1.0]) - lr * passes * mean_grad * updates)
+                assert session.run(opt.iterations) == run + 1
+                if passes > 1:
+                    assert session.run(opt._agg_helper.counter) == (run + 1) % passes
+
+
+@pytest.mark.parametrize("passes", [1, 2])
 def test_sparse_embedding_both_paths(rank, size, passes):
     results = []
     for sparse_as_dense in (False, True):

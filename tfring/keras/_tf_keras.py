@@ -152,18 +152,19 @@ def hook_accumulation(optimizer, passes, average, aggregate, reduced_already,
             totals = accumulator.totals(grads)
             reduced = aggregate(list(zip(totals, variables)))
             reduced_already[:] = [g for g, _ in reduced if g is not None]
-            original_apply(reduced, *args, **kwargs)
+            applied = original_apply(reduced, *args, **kwargs)
             reduced_already.clear()  # also where the original apply did not aggregate
-            accumulator.reset_after(totals)
-            return tf.no_op()
+            # The sums are zeroed after the apply: in a TF1 graph nothing else orders them.
+            with tf.control_dependencies(_accumulation.graph_ops(applied)):
+                return accumulator.reset_after(totals)
 
         def count_the_pass():
             # Horovod's count: a pass that applies nothing still adds 1 to `iterations`
             # (through the property, which a LossScaleOptimizer forwards to its inner one).
-            optimizer.iterations.assign_add(1)
-            return tf.no_op()
+            return optimizer.iterations.assign_add(1, read_value=False)
 
-        return tf.cond(is_update, update, count_the_pass)
+        # Each branch's op waits for its work: a TF1 graph runs only what the result needs.
+        return _accumulation.apply_on_update_step(is_update, update, count_the_pass)
 
     optimizer.apply_gradients = apply_gradients
 
