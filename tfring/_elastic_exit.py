@@ -35,6 +35,13 @@ class JobCannotGoOn(RuntimeError):
     others could go on without."""
 
 
+class PeerHung(JobCannotGoOn):
+    """A peer stopped answering without dying (MPI reports no failed process). MPI's shrink
+    needs every live process, so the job cannot be re-formed without it, and under MPI's
+    fault tolerance mpirun would wait for it for ever: the worker that raised this ends the
+    whole job (MPI_Abort) at exit, which ends the hung process too."""
+
+
 def timeout_seconds(environ=os.environ):
     value = environ.get(TIMEOUT, "").strip()
     try:
@@ -90,6 +97,14 @@ def _leave_as_lost():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _abort_the_job():
+    from mpi4py import MPI
+
+    print("tfring.elastic: ends the whole job (MPI_Abort) on the error above: a hung worker "
+          "would keep it waiting for ever", file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(1)
+
+
 def _finalize_within(seconds):
     """tfring's own at-exit (its shutdown, and MPI_Finalize where tfring initialized MPI
     and lost no peer in a collective: no worker can have joined such a job), then mpi4py's
@@ -98,6 +113,8 @@ def _finalize_within(seconds):
     holds Python's GIL while it waits, so no Python timer could."""
     status = _exit_status()
     sys.stdout.flush()
+    if status != 0 and isinstance(sys.last_value, PeerHung):
+        _abort_the_job()
     if status != 0 and _fault_tolerant() and not isinstance(sys.last_value, JobCannotGoOn):
         _leave_as_lost()
     if status == 0:

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _elastic_exit, _init, process_sets, runtime
-from tfring._elastic_exit import JobCannotGoOn  # noqa: F401 (public here)
+from tfring._elastic_exit import JobCannotGoOn, PeerHung  # noqa: F401 (public here)
 from tfring.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
@@ -412,6 +412,11 @@ def run(func):
             except (tf.errors.OpError, HorovodInternalError) as e:
                 if not _lost_a_worker(e):
                     raise
+                if isinstance(e, tf.errors.OpError) and not _lost_members(_job_comm()):
+                    # tfring's peer timeout, with every process alive: one has hung.
+                    raise PeerHung(f"tfring.elastic: a worker stopped answering but MPI "
+                                   f"reports no failed process, so the job cannot be re-formed "
+                                   f"without it; the job stops ({e.message})") from e
                 limits.check_reset_allowed(resets, e)
                 state.restore()
                 reset, skip_sync = functools.partial(_reset_after_loss, limits), False

@@ -54,7 +54,7 @@ def report(state, values, expected, sizes_at_reset, me):
           flush=True)
 
 
-def _custom_loop(kills, raises=False, dies_in_reset=None):
+def _custom_loop(kills, raises=False, dies_in_reset=None, stops=None):
     """Horovod's elastic pattern with a custom loop (TensorFlowKerasState, @run, commit):
     the worker started as rank kills[b] dies at batch b (SIGKILL, or with `raises` an
     exception out of its training function, Horovod's exit_mode='exception'); the others roll
@@ -104,6 +104,9 @@ def _custom_loop(kills, raises=False, dies_in_reset=None):
             if kills.get(state.batch) == me:
                 say(f"killing myself at {time.time():.3f}")
                 os.kill(os.getpid(), signal.SIGKILL)
+            if stops is not None and state.batch == 5 and me == stops:
+                say(f"stopping myself at {time.time():.3f}")
+                os.kill(os.getpid(), signal.SIGSTOP)
             x, y = batch_of(state.batch, tfring.rank())
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(model(x) - y))
@@ -120,7 +123,7 @@ def _custom_loop(kills, raises=False, dies_in_reset=None):
         print(f"rank {me}: stopped at {time.time():.3f}", flush=True)
         raise
     schedule = []
-    first_kill = min(kills)
+    first_kill = min(kills, default=None)
     for step in range(20):  # each kill leaves one worker fewer from its batch on
         lost = sum(1 for b in kills if b <= step)
         lost += dies_in_reset is not None and step >= first_kill
@@ -136,6 +139,10 @@ def elastic_custom_loop():
 
 def elastic_lost_in_reset():
     _custom_loop({8: 2}, dies_in_reset=1)  # of 3 workers: rank 0 finishes alone
+
+
+def elastic_peer_stopped():
+    _custom_loop({}, stops=2)  # of 3 workers: rank 2 stops answering (SIGSTOP) at batch 5
 
 
 def elastic_worker_raises():

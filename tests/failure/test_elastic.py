@@ -3,6 +3,7 @@ MPI's fault tolerance: workers killed mid-training, workers joining from host di
 Each scenario is in elastic_scenarios.py; its workers print how they finished."""
 
 import re
+import time
 
 import pytest
 
@@ -53,6 +54,26 @@ def test_a_worker_lost_during_the_reset_rolls_back_and_re_forms_again():
     assert "rank 0: the reset callback's allreduce counted 1 worker(s)" in out, out
     assert re.search(r"rank 0: finished at epoch - batch 20 as rank 0 of 1, resets saw sizes "
                      r"\[2, 1\], matches numpy: True", out), out
+
+
+def test_a_hung_worker_ends_the_job_with_a_named_error():
+    # Rank 2 stops answering (SIGSTOP) without dying: the others' peer timeout (3 s here)
+    # fires, but MPI reports no failed process, so MPI's shrink could not go on without it
+    # and mpirun would wait for it for ever. Each survivor raises PeerHung, saying so, and
+    # the job is ended (MPI_Abort), the stopped process with it.
+    rc, out, _ = run_scenario("elastic_peer_stopped", ranks=3, timeout=120,
+                              script="elastic_scenarios.py", mpirun_options=("--with-ft", "ulfm"),
+                              env={"TFRING_PEER_TIMEOUT_SECONDS": "3"})
+    ended = time.time()
+    stopped = re.search(r"rank 2: stopping myself at ([0-9.]+)", out)
+    assert stopped, out
+    assert ended - float(stopped.group(1)) < 60, out
+    assert rc != 0, out
+    assert re.search(r"PeerHung: tfring.elastic: a worker stopped answering but MPI reports no "
+                     r"failed process, so the job cannot be re-formed without it; the job stops "
+                     r"\(rank [01] got no answer from its peer ranks for 3 s", out), out
+    assert "ends the whole job (MPI_Abort)" in out, out
+    assert "finished at" not in out, out
 
 
 def test_rank_0_lost_after_uncommitted_steps_rolls_back_and_renumbers():
