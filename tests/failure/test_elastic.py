@@ -106,7 +106,8 @@ def test_rank_0_lost_after_uncommitted_steps_rolls_back_and_renumbers():
 
 def test_tf1_session_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
     # TensorFlowState over a TF1 graph's variables and session, with the TF1
-    # DistributedOptimizer: the same schedule and checks as the custom loop above.
+    # DistributedOptimizer, committing every 3 batches: the survivors roll back to batch 6
+    # (the variables through the session), and numpy replays 3 workers for batches 0-5, 2 on.
     _elastic_survivors("tf1_session", finished="epoch - batch 20")
 
 
