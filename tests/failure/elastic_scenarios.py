@@ -382,9 +382,9 @@ def keras_fit():
     script that prints $TFRING_TEST_HOSTS ('localhost:3' at the start).
 
     Rank 2 offers a host elsewhere ('127.0.0.1:1', this machine by another name) and dies
-    at batch 2 of epoch 1 (batches commit one by one): the survivors roll back to the commit
-    after batch 1 and go on as 2, with the learning rate for 2 (localhost, which lost a
-    worker, gets no new one). At a commit soon after, `fit` stops on both
+    at batch 3 of epoch 1 (a commit every 2 batches): the survivors roll back to the commit
+    after batch 1, undoing batch 2, and go on as 2, with the learning rate for 2 (localhost,
+    which lost a worker, gets no new one). At a commit soon after, `fit` stops on both
     (HostsUpdatedInterrupt), a worker started on 127.0.0.1 joins with the state synced from
     rank 0, and `fit` goes on as 3 from the committed epoch (Keras runs whole epochs: the
     interrupted one starts again at its first batch, from its last commit's weights). The
@@ -416,7 +416,7 @@ def keras_fit():
             self.current_epoch = epoch
 
         def on_train_batch_begin(self, batch, logs=None):
-            if hvd.rank() == 2 and not joined and self.current_epoch == 1 and batch == 2:
+            if hvd.rank() == 2 and not joined and self.current_epoch == 1 and batch == 3:
                 _write_hosts("localhost:3\n127.0.0.1:1\n")
                 say(f"killing myself at {time.time():.3f}")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -426,7 +426,8 @@ def keras_fit():
             state.schedule += ((hvd.size(), batch, lr),)
             time.sleep(0.1)  # a step's time, for the discovery to see the change
 
-    callbacks = [KillAndSchedule(), hvd.elastic.CommitStateCallback(state),
+    commit = hvd.elastic.CommitStateCallback(state, batches_per_commit=2)
+    callbacks = [KillAndSchedule(), commit,
                  hvd.elastic.UpdateBatchStateCallback(state),
                  hvd.elastic.UpdateEpochStateCallback(state)]
 
