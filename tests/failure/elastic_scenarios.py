@@ -432,6 +432,8 @@ def keras_fit():
                  hvd.elastic.UpdateEpochStateCallback(state)]
 
     hvd.elastic.run(lambda state: _fit(hvd, model, state, steps, epochs, callbacks))(state)
+    scaled = sorted({(n, round(lr / base_lr, 6)) for n, _, lr in state.schedule})
+    say(f"learning rate per job size, in base rates: {scaled}")
     report(state, [v.numpy() for v in model.trainable_variables],
            numpy_sgd(state.start, state.schedule), sizes_at_reset, hvd.rank())
     hvd.shutdown()

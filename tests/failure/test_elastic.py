@@ -254,6 +254,10 @@ def test_keras_fit_loses_a_worker_then_grows_with_the_same_weights(tmp_path, leg
     assert re.search(r"rank 2: killing myself", out), out
     assert out.count(f"rank 2: runs {'tf_keras' if legacy == '1' else 'Keras 3'}") == 2, out
     _assert_all_agree(out, 3, "epoch 4 batch 0", "[2, 3]")
+    # The batches kept ran at the rate the reset callback set for the job's size.
+    for rank in range(3):
+        assert (f"rank {rank}: learning rate per job size, in base rates: [(2, 2.0), (3, 3.0)]"
+                in out), out
 
 
 def test_a_worker_that_fails_to_start_stops_the_job_after_the_start_timeout(tmp_path):

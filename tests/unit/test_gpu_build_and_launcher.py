@@ -186,6 +186,20 @@ def test_elastic_flags_turn_on_mpis_fault_tolerance_and_pass_the_limits():
         launcher.build_command(args, {}, "mpirun", "mpich", is_root=False)
 
 
+def test_fixed_hosts_with_min_np_are_an_elastic_job_on_those_hosts(tmp_path):
+    # horovodrun's -H/--hostfile with --min-np: the hosts given, which may lose members
+    # (MPI's fault tolerance on, the floor passed on to the workers).
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=2\nb slots=2\n")
+    for flags, where in ((["-H", "a:2,b:2"], ["--host", "a:2,b:2"]),
+                         (["--hostfile", str(hostfile)], ["--hostfile", str(hostfile)])):
+        args = _args("-np", "4", "--min-np", "2", *flags, "python", "t.py")
+        cmd, env = launcher.build_command(args, {}, "mpirun", "openmpi", is_root=False)
+        assert cmd[cmd.index("--with-ft") + 1] == "ulfm", cmd
+        assert cmd[cmd.index(where[0]) + 1] == where[1], cmd
+        assert env["TFRING_ELASTIC_MIN_NP"] == "2"
+
+
 def test_bad_elastic_arguments_are_clear(capsys):
     for argv, needle in ((["-np", "2", "--min-np", "3", "python"], "--min-np 3 is more than -np 2"),
                          (["--min-np", "0", "python"], "--min-np must be at least 1"),
