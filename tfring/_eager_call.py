@@ -29,9 +29,10 @@ except (ImportError, AttributeError):  # pragma: no cover - then the wrapper's p
 
 
 def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name, call_site,
-              cacheable, ranks):
+              cacheable, ranks, world=0):
     """TfringAllreduce of eager `tensor` with these attributes (`ranks`: the process set's
-    attribute, empty for all ranks); what `_library.ops().tfring_allreduce` returns."""
+    attribute, empty for all ranks; `world`: its process_set_world, process_sets.py); what
+    `_library.ops().tfring_allreduce` returns."""
     prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
     if _pywrap_tfe is not None:
         # Every attribute, as the generated wrapper passes them: a gradient function reads
@@ -41,8 +42,8 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
                 _context._context or _context.context(), "TfringAllreduce", None, tensor,
                 "reduce_op", reduce_op, "tensor_name", tensor_name,
                 "prescale_factor", prescale_factor, "postscale_factor", postscale_factor,
-                "call_site", call_site, "process_set", ranks, "cacheable", cacheable,
-                "eager", True)
+                "call_site", call_site, "process_set", ranks, "process_set_world", world,
+                "cacheable", cacheable, "eager", True)
         except _NotOkStatus as e:  # raised as the generated wrapper raises it
             _raise_from_not_ok_status(e, None)
         except _Fallback:
@@ -50,4 +51,4 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
     return _library.ops().tfring_allreduce(
         tensor, reduce_op=reduce_op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, tensor_name=tensor_name, call_site=call_site,
-        cacheable=cacheable, eager=True, process_set=list(ranks))
+        cacheable=cacheable, eager=True, process_set=list(ranks), process_set_world=world)

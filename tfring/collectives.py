@@ -113,7 +113,8 @@ def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, proces
         ranks = () if process_set is global_process_set else process_set._op_ranks(
             "tfring.allreduce")
         return _eager_call.allreduce(tensor, op, prescale_factor, postscale_factor,
-                                     tensor_name, call_site, cacheable, ranks)
+                                     tensor_name, call_site, cacheable, ranks,
+                                     process_set._world if ranks else 0)
     except tf.errors.OpError as e:
         raise cleaned(e) from None
 

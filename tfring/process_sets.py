@@ -64,7 +64,7 @@ class ProcessSet:
         against the job: none for all ranks (the attribute's default, which spares an eager
         op the conversion of a list attribute). `what` names the op."""
         ranks = self._op_ranks(what)
-        return {"process_set": ranks} if ranks else {}
+        return {"process_set": ranks, "process_set_world": self._world} if ranks else {}
 
     def _op_ranks(self, what):
         """The ops' `process_set` attribute, checked as _op_kwargs says: () for all ranks."""
@@ -92,10 +92,7 @@ class ProcessSet:
             raise ValueError(f"{what}: process set {self._ranks} was removed with "
                              "remove_process_set; add it again (add_process_set) to use it.")
         if self._world != _world:
-            raise ValueError(f"{what}: process set {self._ranks} was made before the job "
-                             "lost a worker (a tfring.elastic reset): the ranks have been "
-                             "renumbered since, so its ranks may name other processes. Make "
-                             "it again from the new ranks, in a reset callback.")
+            raise ValueError(runtime.stale_process_set_message(self._ranks, what))
         if self.process_set_id is not None and not is_registered(self):
             raise ValueError(f"{what}: process set {self._ranks} has process_set_id="
                              f"{self.process_set_id}, which no registered process set has "
@@ -132,6 +129,7 @@ def new_world():
     global _world
     _world += 1
     _registered.clear()
+    runtime.set_process_set_world(_world)  # ops traced with an older set are refused too
 
 
 def add_process_set(process_set):

@@ -130,6 +130,22 @@ def not_initialized(what):
     return ValueError(out.value.decode())
 
 
+def stale_process_set_message(ranks, what):
+    """The library's words (core/message.h, StaleProcessSetMessage) for a process set made
+    before tfring.elastic renumbered the ranks, used by `what`."""
+    out = ctypes.create_string_buffer(2048)
+    array = (ctypes.c_int32 * len(ranks))(*ranks)
+    _library.capi().tfring_stale_process_set_message(array, len(ranks), what.encode(), out,
+                                                     len(out))
+    return out.value.decode()
+
+
+def set_process_set_world(world):
+    """Tells the library how many times the ranks were renumbered (process_sets.new_world):
+    its kernels refuse an op whose process set was made before."""
+    _library.capi().tfring_set_process_set_world(int(world))
+
+
 def _layout(fn_name, what):
     value = getattr(_library.capi(), fn_name)()
     if value < 0:

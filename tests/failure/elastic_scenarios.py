@@ -74,6 +74,14 @@ def _custom_loop(kills, raises=False, dies_in_reset=None, stops=None):
 
     pair = tfring.add_process_set([0, 1])  # ranks of the job as it started
 
+    @tf.function
+    def pair_sum():  # traced (below) before any reset, with the old numbering's set
+        return tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name="old_pair_traced",
+                                process_set=pair)
+
+    if me in (0, 1):
+        pair_sum()
+
     def on_reset():
         sizes_at_reset.append(tfring.size())
         print(f"rank {me}: reset at batch {state.batch}: now rank {tfring.rank()} of "
@@ -89,6 +97,17 @@ def _custom_loop(kills, raises=False, dies_in_reset=None, stops=None):
             say("the old process set was used")
         except ValueError as e:
             print(f"rank {me}: old process set refused: {e}", flush=True)
+        if tfring.size() > 2 and tfring.rank() in (0, 1):  # a set made anew works eagerly
+            fresh = tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name="new_pair",
+                                     process_set=tfring.ProcessSet([0, 1]))
+            say(f"a process set made after the reset summed {fresh.numpy()[0]:g}")
+        if tfring.rank() in (0, 1):
+            try:
+                pair_sum()
+                say("the old process set was used in a function traced before the reset")
+            except tf.errors.InvalidArgumentError as e:
+                print(f"rank {me}: old process set refused in a traced function: "
+                      f"{' '.join(e.message.split())}", flush=True)
 
     state.register_reset_callbacks([on_reset])
     start = []  # the weights every rank starts from: rank 0's, after run's first sync

@@ -37,10 +37,14 @@ def test_elastic_run_finishes_on_the_ranks_left_with_the_same_weights():
     # roll back to their last commit, re-form, and finish with weights that match numpy's
     # run of the same schedule (3 workers for batches 0-7, then 2) and each other.
     out = _elastic_survivors("elastic_custom_loop", finished="epoch - batch 20")
-    # A process set made before the reset names ranks of the old numbering: refused.
+    # A process set made before the reset names ranks of the old numbering: refused, in an
+    # eager call and in a tf.function traced before the reset alike.
     for rank in (0, 1):
         assert (f"rank {rank}: old process set refused: tfring.allreduce: process set [0, 1] "
                 "was made before the job lost a worker") in out, out
+        assert re.search(rf"rank {rank}: old process set refused in a traced function: .*"
+                         r"'old_pair_traced': process set \[0, 1\] was made before the job lost "
+                         r"a worker", out), out
 
 
 def test_a_worker_lost_during_the_reset_rolls_back_and_re_forms_again():
@@ -155,6 +159,8 @@ def _two_kills(flags):
     assert re.search(r"rank 3: killing myself", out), out
     for rank in (0, 1, 2):
         assert f"rank {rank}: reset at batch 4: now rank {rank} of 3" in out, out
+    for rank in (0, 1):
+        assert f"rank {rank}: a process set made after the reset summed 2" in out, out
     assert re.search(r"rank 2: killing myself", out), out
     return rc, out
 

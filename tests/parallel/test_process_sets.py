@@ -244,3 +244,30 @@ def test_mismatch_in_set_names_the_set_and_ranks(rank, size, my_set):
     with pytest.raises(tf.errors.FailedPreconditionError,
                        match=r"Mismatched shapes for tensor 'ps.bad \[process set 0, 2\]'"):
         tfring.allreduce(x, name="ps.bad", process_set=my_set)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_a_function_traced_before_the_ranks_were_renumbered_is_refused(rank, jit):
+    # tfring.elastic renumbers the ranks at a reset (process_sets.new_world), and a function
+    # traced before holds its set's old ranks: the kernel (under XLA, the compiled call)
+    # refuses it in the words Python uses for the set. The renumbering is imitated here by
+    # the library's counter alone, so Python's own check lets the call through.
+    if rank != 0:
+        return
+    solo = tfring.ProcessSet([0])
+
+    @tf.function(jit_compile=jit)
+    def total():
+        return tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name=f"solo_{jit}",
+                                process_set=solo)
+
+    assert total().numpy().tolist() == [1.0]
+    tfring.runtime.set_process_set_world(1)
+    try:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"'solo_{jit}': process set \[0\] was made before the job "
+                                 r"lost a worker \(a tfring.elastic reset\)"):
+            total()
+    finally:
+        tfring.runtime.set_process_set_world(0)
+    assert total().numpy().tolist() == [1.0]

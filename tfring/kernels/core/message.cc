@@ -238,6 +238,14 @@ std::string NotAMemberMessage(int rank, const std::vector<int32_t>& set,
          " of '" + name + "': only its members may submit it";
 }
 
+std::string StaleProcessSetMessage(const std::vector<int32_t>& set, const std::string& what) {
+  return what + ": process set " + RankListString(set) +
+         " was made before the job lost a worker (a tfring.elastic reset): the ranks have "
+         "been renumbered since, so its ranks may name other processes. Make it again from "
+         "the new ranks, in a reset callback (a tf.function traced with it must be traced "
+         "again).";
+}
+
 bool Signature::SameCollective(const Signature& o) const {
   return kind == o.kind && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale_factor == o.prescale_factor &&

@@ -109,6 +109,10 @@ std::string RankListString(const std::vector<int32_t>& ranks);
 // message wherever it is caught (a TF kernel, an XLA lowering, the coordinator).
 std::string NotAMemberMessage(int rank, const std::vector<int32_t>& set,
                               const std::string& name);
+// The error for a process set made before a tfring.elastic reset renumbered the ranks,
+// used by `what` (an op's "'name'", or Python's function name): one message wherever it
+// is caught (a TF kernel, an XLA call, Python's check).
+std::string StaleProcessSetMessage(const std::vector<int32_t>& set, const std::string& what);
 // Whether `q` is cached by its call site: an unnamed eager call of one tensor (the tensors
 // of a grouped call share a call site and are not).
 inline bool CachedByCallSite(const Request& q) {

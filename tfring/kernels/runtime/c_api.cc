@@ -113,4 +113,20 @@ void tfring_not_initialized_message(const char* what, char* out, int out_len) {
   out[out_len - 1] = '\0';
 }
 
+// tfring.elastic's renumbering of the ranks (GlobalRuntime::process_set_world).
+void tfring_set_process_set_world(int64_t world) {
+  GlobalRuntime::Get().set_process_set_world(world);
+}
+
+// The message of the error for a process set made before the ranks were renumbered
+// (core/message.h, StaleProcessSetMessage), so that Python's ValueError says it in the same
+// words.
+void tfring_stale_process_set_message(const int32_t* ranks, int num_ranks, const char* what,
+                                      char* out, int out_len) {
+  const std::string m = tfring::StaleProcessSetMessage(
+      std::vector<int32_t>(ranks, ranks + num_ranks), what);
+  std::strncpy(out, m.c_str(), out_len - 1);
+  out[out_len - 1] = '\0';
+}
+
 }  // extern "C"

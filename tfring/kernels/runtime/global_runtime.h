@@ -3,6 +3,7 @@
 // the runtime knows that it is global.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,13 @@ class GlobalRuntime {
   // Whether MPI runs with MPI_THREAD_MULTIPLE; false before init.
   bool mpi_threads_supported();
 
+  // How many times tfring.elastic renumbered the ranks in this process (Python's
+  // process_sets.new_world sets it): an op whose process set was made in an earlier world
+  // (its "process_set_world" attribute) is refused, since its ranks may name other
+  // processes now. Any thread; no lock.
+  int64_t process_set_world() const { return process_set_world_.load(); }
+  void set_process_set_world(int64_t world) { process_set_world_.store(world); }
+
   // The timeline (rank 0 writes it): FailedPrecondition before init.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
@@ -71,6 +79,7 @@ class GlobalRuntime {
   std::shared_ptr<Coordinator> coordinator_;
   ProcessLayout layout_;
   bool peers_lost_ = false;
+  std::atomic<int64_t> process_set_world_{0};
 };
 
 }  // namespace tfring

@@ -126,6 +126,7 @@ class AllreduceOp : public AsyncOpKernel {
     std::vector<Entry> entries(unit ? 1 : n);
     GlobalRuntime::Running runtime;
     if (!AcquireRuntime(ctx, display_name_, &runtime)) return done();
+    OP_REQUIRES_OK_ASYNC(ctx, attrs_.set.Current(display_name_), done);
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
@@ -186,6 +187,7 @@ class AllgatherOp : public AsyncOpKernel {
     std::vector<Entry> entries(n);
     GlobalRuntime::Running runtime;
     if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
+    OP_REQUIRES_OK_ASYNC(ctx, set_.Current(name_.Display()), done);
     int64_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       const Tensor& input = ctx->input(i);
@@ -234,6 +236,7 @@ class BroadcastOp : public AsyncOpKernel {
     if (!CheckCommon<kOnGpu>(ctx, e.request.name, input, &e.request.dtype, &runtime)) {
       return done();
     }
+    OP_REQUIRES_OK_ASYNC(ctx, set_.Current(e.request.name), done);
     const ProcessLayout& layout = runtime.layout;
     if (root_rank_ < 0 || root_rank_ >= layout.size) {
       TFRING_FAIL_ASYNC(ctx,
@@ -377,6 +380,7 @@ class BarrierOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     GlobalRuntime::Running runtime;
     if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
+    OP_REQUIRES_OK_ASYNC(ctx, set_.Current(name_.Display()), done);
     Entry e;
     e.request.key = name_.Key(0, 1, set_);
     e.request.kind = CollectiveKind::kBarrier;

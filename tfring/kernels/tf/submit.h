@@ -94,12 +94,25 @@ void Submit(OpKernelContext* ctx, std::vector<Entry> entries,
 // for all ranks), and this rank's place in it.
 struct ProcessSetAttr {
   std::vector<int32_t> ranks;
+  int64_t world = 0;  // "process_set_world": GlobalRuntime::process_set_world when made
 
   explicit ProcessSetAttr(OpKernelConstruction* c) {
     OP_REQUIRES_OK(c, c->GetAttr("process_set", &ranks));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_world", &world));
   }
 
-  // The set's size and this rank's position in it; an error when this rank is not a member.
+  // An error when the set was made before tfring.elastic renumbered the ranks: a function
+  // traced before the reset (Python refuses such a set everywhere else). Every kernel with
+  // a process set asks, once per run.
+  absl::Status Current(const std::string& name) const {
+    if (ranks.empty() || world == GlobalRuntime::Get().process_set_world()) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(StaleProcessSetMessage(ranks, "'" + name + "'"));
+  }
+
+  // The set's size and this rank's position in it; an error when this rank is not a member
+  // or the set is not Current.
   absl::Status View(const ProcessLayout& layout, const std::string& name, int* size,
                     int* position) const {
     if (ranks.empty()) {
@@ -107,6 +120,8 @@ struct ProcessSetAttr {
       *position = layout.rank;
       return absl::OkStatus();
     }
+    const absl::Status current = Current(name);
+    if (!current.ok()) return current;
     auto it = std::find(ranks.begin(), ranks.end(), layout.rank);
     if (it == ranks.end()) {
       return absl::InvalidArgumentError(NotAMemberMessage(layout.rank, ranks, name));

@@ -28,6 +28,7 @@ struct Attributes {
   float prescale = 1.0f, postscale = 1.0f;
   int32_t root_rank = 0;
   std::vector<int32_t> process_set;  // empty: all ranks
+  int64_t process_set_world = 0;     // the op's "process_set_world" (submit.h, ProcessSetAttr)
   bool cacheable = true;
 };
 
@@ -69,7 +70,8 @@ inline std::string Encode(const Attributes& a) {
          " : i32, prescale = " + FloatLiteral(a.prescale) +
          ", postscale = " + FloatLiteral(a.postscale) +
          ", root_rank = " + std::to_string(a.root_rank) +
-         " : i32, process_set = array<i32" + ranks + ">, cacheable = " +
+         " : i32, process_set = array<i32" + ranks +
+         ">, process_set_world = " + std::to_string(a.process_set_world) + " : i64, cacheable = " +
          (a.cacheable ? "1" : "0") + " : i32}";
 }
 

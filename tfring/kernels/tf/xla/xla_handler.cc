@@ -166,6 +166,13 @@ ffi::Error MakeEntries(const ffi::RemainingArgs& args, const ffi::RemainingRets&
   TFRING_RETURN_IF_FFI_ERROR(Read<int32_t>(attrs, "cacheable", &cacheable));
   auto ranks = attrs.get<ffi::Span<const int32_t>>("process_set");
   if (ranks.has_error()) return ranks.error();
+  int64_t world = 0;
+  TFRING_RETURN_IF_FFI_ERROR(Read<int64_t>(attrs, "process_set_world", &world));
+  if (ranks->size() > 0 && world != GlobalRuntime::Get().process_set_world()) {
+    // An executable compiled before tfring.elastic renumbered the ranks.
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, StaleProcessSetMessage(
+        std::vector<int32_t>(ranks->begin(), ranks->end()), "'" + base + "'"));
+  }
   r.kind = static_cast<CollectiveKind>(kind);
   r.reduce_op = static_cast<ReduceOp>(reduce_op);
   r.cacheable = cacheable != 0;

@@ -86,6 +86,7 @@ bool ReadCommon(OpKernelConstruction* c, CollectiveKind kind, xla_call::Attribut
   a->kind = static_cast<int32_t>(kind);
   absl::Status s = c->GetAttr("tensor_name", &a->name);
   if (s.ok()) s = c->GetAttr("process_set", &a->process_set);
+  if (s.ok()) s = c->GetAttr("process_set_world", &a->process_set_world);
   if (!s.ok()) {
     c->CtxFailure(s);
     return false;
@@ -170,6 +171,9 @@ class XlaReducescatterOp : public XlaOpKernel {
     int size = layout.size, position = layout.rank;
     if (!attrs_.process_set.empty()) {
       const auto& set = attrs_.process_set;
+      OP_REQUIRES(ctx, attrs_.process_set_world == GlobalRuntime::Get().process_set_world(),
+                  absl::InvalidArgumentError(
+                      StaleProcessSetMessage(set, "'" + attrs_.name + "'")));
       const auto it = std::find(set.begin(), set.end(), layout.rank);
       OP_REQUIRES(ctx, it != set.end(),
                   absl::InvalidArgumentError(NotAMemberMessage(layout.rank, set, attrs_.name)));
