@@ -37,14 +37,21 @@ def _data(rank):
             rng.normal(size=(n, 1)).astype(np.float32))
 
 
-def _fit(make_optimizer, sharded, callbacks=(), k=keras, jit_compile=False, **options):
+def _fit(make_optimizer, sharded, callbacks=(), k=keras, jit_compile=False, steps=None,
+         **options):
+    """Trains a fresh model; `steps`, a list, gets its weights (flat) after every batch."""
     model = _model(k)
     optimizer = tk.DistributedOptimizer(make_optimizer(), shard_optimizer_state=sharded,
                                         **options)
     model.compile(optimizer=optimizer, loss="mse", jit_compile=jit_compile)
     x, y = _data(tfring.rank())
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=list(callbacks))
+    callbacks = list(callbacks)
+    if steps is not None:
+        class EveryStep(k.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                steps.append(_flat(self.model.get_weights()))
+        callbacks.append(EveryStep())
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
     return model
 
 
@@ -61,13 +68,15 @@ def _assert_same_on_every_rank(flat):
 def _compare(make_optimizer, rtol=1e-5, atol=1e-6, k=keras, **options):
     initial = _flat(_model(k).get_weights())
     plain_model = _fit(make_optimizer, False, k=k, **options)
-    sharded_model = _fit(make_optimizer, True, k=k, **options)
+    steps = []
+    sharded_model = _fit(make_optimizer, True, k=k, steps=steps, **options)
     if options.get("jit_compile"):
         assert plain_model.jit_compile and sharded_model.jit_compile
     plain, sharded = _flat(plain_model.get_weights()), _flat(sharded_model.get_weights())
     assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
     np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)
-    _assert_same_on_every_rank(sharded)
+    assert len(steps) == STEPS
+    _assert_same_on_every_rank(np.concatenate(steps))  # after every step, not only the last
     assert_state_is_a_block(plain_model.optimizer, sharded_model.optimizer)
 
 
