@@ -316,9 +316,11 @@ def _restart_on(comm):
 
 def _lost_members(comm):
     """Whether MPI knows of a process of `comm` that failed (ULFM)."""
+    from mpi4py import MPI
+
     try:
         return comm.Get_failed().Get_size() > 0
-    except (AttributeError, NotImplementedError):
+    except (AttributeError, NotImplementedError, MPI.Exception):  # an MPI without ULFM
         return False
 
 
