@@ -16,7 +16,7 @@ TF_KERAS_VERSION ?= 2.21.0
 GPU_BUILD_PINS ?= nvidia-nccl-cu13==2.30.7 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
                   nvidia-cuda-cccl==13.0.85
 
-.PHONY: demo test build build-sanitized bench bench-keras bench-autotune bench-native compat clean
+.PHONY: demo test test-full build build-sanitized bench bench-keras bench-autotune bench-native compat clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
@@ -44,6 +44,12 @@ demo: build
 	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/keras_fit.py
 
 test: build build-sanitized
+	$(PYTHON) tests/run_suite.py
+
+# What `make test` leaves out as repetition, too: every parallel and tf_keras test at 3 ranks,
+# every native test under both sanitizers (tests/run_suite.py, FULL). Not CI's.
+test-full: export TFRING_SUITE_FULL := 1
+test-full: build build-sanitized
 	$(PYTHON) tests/run_suite.py
 
 bench: build

@@ -6,14 +6,16 @@ folded or merged), so every collective would wait for the previous one to finish
 gradients would go one cycle each and never be fused. TensorFlow exempts its own collective
 and infeed ops through a list of "must run, in any order" op types; tfring's ops belong
 there for the same reason, and their order does not matter because the runtime pairs
-tensors across ranks by name. The list is private to TensorFlow, so a TensorFlow without it
+tensors across ranks by name. Barrier and Join stay ordered: where they sit in the program
+is what they mean. The list is private to TensorFlow, so a TensorFlow without it
 keeps the ordering and gets a warning instead of an error.
 """
 
 import logging
 
 UNORDERED_OP_TYPES = frozenset(
-    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringBroadcast"))
+    ("TfringAllreduce", "TfringGroupedAllreduce", "TfringAllgather", "TfringGroupedAllgather",
+     "TfringBroadcast", "TfringReducescatter", "TfringAlltoall"))
 
 
 def allow_unordered_collectives(extra_op_types=()):

@@ -1,5 +1,11 @@
 """Runs under `mpirun -np N python -m pytest tests/parallel`: every rank runs every test.
 
+The suite runs the whole folder at 2 ranks, and at 3 ranks only the tests whose outcome
+depends on the job's size (`--size-dependent`): those marked `size_dependent`, by the
+decorator or in SIZE_DEPENDENT below. A new test whose result changes with the number of
+ranks (uneven splits, sets with several members, which rank errs or joins) goes there.
+XLA parametrizations run at 2 ranks only: the lowering does not depend on the size.
+
 Skips must be decided identically on every rank. A failing test aborts this rank at once
 (os._exit), which makes mpirun end the whole job, so peers never block waiting for it.
 """
@@ -13,8 +19,61 @@ import tensorflow as tf
 import tfring
 
 
+# Node id prefixes (file, or file::test) of the tests that run at 3 ranks too.
+SIZE_DEPENDENT = (
+    "test_process_sets.py",                    # sets of several members, {0, 2} of 3
+    "test_join.py", "test_drift.py", "test_errors.py",  # which ranks join, drift, are named
+    "test_alltoall.py",                        # uneven splits, zero rows to a rank
+    "test_hierarchical_allreduce.py",          # 2 ranks per host beside a host of 1
+    "test_allgather_broadcast.py::test_allgather_uneven_first_dimension",
+    "test_allgather_broadcast.py::test_allgather_rank_with_no_rows",
+    "test_allgather_broadcast.py::test_broadcast_from_every_root",
+    "test_barrier_grouped_allgather.py::test_grouped_allgather_mixed_dtypes_uneven_rows",
+    "test_barrier_grouped_allgather.py::test_barrier_waits_for_every_rank",
+    "test_reducescatter.py::test_reducescatter_uneven_rows",
+    "test_reducescatter.py::test_reducescatter_scale_factors_and_fewer_rows_than_ranks",
+    "test_reducescatter.py::test_large_reducescatter",
+    "test_integer_wrap.py::test_process_set", "test_integer_wrap.py::test_reducescatter",
+    "test_integer_wrap.py::test_hierarchical", "test_integer_wrap.py::test_join",
+    "test_local_gradients.py::test_tape_reduces_within_its_process_set",
+    "test_local_gradients.py::test_tf1_optimizer_outside_its_process_set",
+    "test_unnamed_cache.py::test_unnamed_calls_while_a_rank_has_joined",
+    "test_unnamed_cache.py::test_a_line_reached_by_one_rank_only",
+    "test_sync_batch_norm.py::test_statistics_are_the_global_batchs_with_uneven_batches",
+    "test_sharded_optimizer.py",               # blocks that split variables unevenly
+    "test_sharded_checkpoints.py::test_checkpoints_hold_the_whole_state_as_unsharded",
+    "test_keras_uneven_data.py",               # 10 + 3 r batches on rank r
+    "test_keras_training.py::test_fit_matches_one_process_on_the_global_batch[adam]",  # a fit
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--size-dependent", action="store_true",
+                     help="only the tests marked size_dependent, without their XLA cases")
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "size_dependent: its outcome depends on the number of "
+                                       "ranks; the suite runs it at 3 ranks too")
     tfring.init()
+
+
+def _is_xla_case(item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "xla" in item.name.lower() or any(isinstance(v, str) and v == "xla" for v in params.values())
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        nodeid = item.nodeid.split("tests/parallel/")[-1]
+        if nodeid.startswith(SIZE_DEPENDENT):
+            item.add_marker(pytest.mark.size_dependent)
+    if not config.getoption("--size-dependent"):
+        return
+    # The same selection on every rank: it depends on the node ids alone.
+    kept = [i for i in items if i.get_closest_marker("size_dependent") and not _is_xla_case(i)]
+    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    items[:] = kept
 
 
 @pytest.hookimpl(trylast=True)

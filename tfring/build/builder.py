@@ -330,9 +330,13 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     jobs += [(mpicxx, glue_flags, s) for d in glue_dirs for s in sources(d)]
     xla_sources = sources(TF_XLA_GLUE_DIR) if xla else []
     jobs += [(mpicxx, glue_flags + xla[0], s) for s in xla_sources]
+    test_files = test_sources(gpu)
+    if sanitize:  # only the binaries that sanitizer can find something in
+        test_files = [f for f in test_files if not is_test_binary(f) or
+                      toolchain.built_under_sanitizer(sanitize, os.path.basename(f)[:-3])]
     if with_tests:
         jobs += [(mpicxx, runtime_flags, s) for s in sources(INPROC_DIR)]
-        jobs += [(mpicxx, runtime_flags, s) for s in test_sources(gpu)]
+        jobs += [(mpicxx, runtime_flags, s) for s in test_files]
         if not sanitize:
             jobs += [(mpicxx, runtime_flags, s) for s in bench_sources(gpu)]
         if not native_only:
@@ -355,7 +359,7 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     glue_objs += [by_source[s] for s in xla_sources]
     gpu_link = gpu.link_flags() if gpu else []
     if with_tests:
-        build_native_tests(mpicxx, by_source, runtime_objs, test_sources(gpu),
+        build_native_tests(mpicxx, by_source, runtime_objs, test_files,
                            gpu_link + extra_link, tests_dir)
         if not sanitize:
             build_native_benches(mpicxx, by_source, runtime_objs, bench_sources(gpu), gpu_link)
@@ -416,23 +420,27 @@ def build_native_benches(mpicxx, by_source, runtime_objs, bench_files, gpu_link)
         link(mpicxx, core + support + [by_source[source]], out, ["-pthread"] + gpu_link)
 
 
+def is_test_binary(path):
+    """tests/cpp/test_*.cc and scenario_*.cc each make a binary; the other sources there (and
+    the harness, test_harness.cc, which holds main()) are support code linked into each.
+    scenario_*.cc: binaries that a failure test launches under conditions of its own (a rank
+    killed, say), never run by the suite on their own."""
+    f = os.path.basename(path)
+    return f.startswith(("test_", "scenario_")) and f != "test_harness.cc"
+
+
 def build_native_tests(mpicxx, by_source, runtime_objs, test_files, link_flags, tests_dir):
     """tests/cpp/test_*.cc and scenario_*.cc: each a binary over the runtime (no TensorFlow).
 
     Every other .cc there (and the harness, test_harness.cc, which holds main()) is support
     code linked into each binary, with the in-process backend.
     """
-    def is_test(path):
-        # scenario_*.cc: binaries that a failure test launches under conditions of its own
-        # (a rank killed, say), never run by the suite on their own.
-        f = os.path.basename(path)
-        return f.startswith(("test_", "scenario_")) and f != "test_harness.cc"
     # Everything but the global runtime and its C API: tests compose their own coordinators,
     # except the tests of the global runtime itself (test_*global_runtime*).
     core = [o for o in runtime_objs if "/runtime/" not in o]
     support = [by_source[s] for s in sources(INPROC_DIR)]
-    support += [by_source[f] for f in test_files if not is_test(f)]
-    for f in filter(is_test, test_files):
+    support += [by_source[f] for f in test_files if not is_test_binary(f)]
+    for f in filter(is_test_binary, test_files):
         out = os.path.join(tests_dir, os.path.basename(f)[:-3])
         runtime = runtime_objs if "global_runtime" in os.path.basename(f) else core
         link(mpicxx, runtime + support + [by_source[f]], out, ["-pthread"] + link_flags)

@@ -258,6 +258,23 @@ def tensorflow_distribution():
 
 # --- Where the build goes ------------------------------------------------------------------
 
+def built_under_sanitizer(sanitizer, test_name):
+    """Whether the `sanitizer` build ("address" or "thread") makes the native test binary
+    `test_name` (tests/cpp/<test_name>.cc). ThreadSanitizer only finds races where threads
+    share memory: the in-process jobs, whose ranks are threads (MPI is not built for it).
+    AddressSanitizer covers every test. The burst test is timing-driven (it asserts what a
+    burst of submissions does within one cycle): under a sanitizer's slowdown it tests
+    nothing. Scenario binaries are launched by the failure tests from the plain build.
+    `make test-full` (TFRING_SUITE_FULL=1) builds and runs every test under both."""
+    if not test_name.startswith("test_") or test_name == "test_harness":
+        return False
+    if os.environ.get("TFRING_SUITE_FULL") == "1":
+        return True
+    if "burst" in test_name:
+        return False
+    return test_name.endswith("_inproc") if sanitizer == "thread" else True
+
+
 def is_checkout():
     """True when tfring runs from its source tree (a clone, `pip install -e`)."""
     return os.path.exists(os.path.join(ROOT, "pyproject.toml")) and \
