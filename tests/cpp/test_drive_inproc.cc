@@ -4,7 +4,9 @@
 // carries on, to the stall error or the shutdown.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,19 +102,43 @@ TFRING_TEST(DriveInproc, ACallerWhosePeersNeverSubmitReturnsAndShutdownFailsItsO
 
 TFRING_TEST(DriveInproc, AnOpHandedOverCompletesWhenItsPeerComesLate) {
   // The driver gives up and returns; the peer's op then comes, and the background thread
-  // completes the caller's op, counting down the submitter's countdown.
+  // completes the caller's op, counting down the submitter's countdown. No sleep decides
+  // the order: rank 1 submits only once rank 0's Enqueue has returned with its op still
+  // pending (the drive gave up: the hand-over), and rank 0's thread stays alive, blocked on
+  // its op without driving, so that a done that ran on it would show in `on_caller`.
   InprocJob job(2, TestOptions());
   OpPtr early;
+  std::atomic<int> early_on_caller{0};
+  std::mutex mu;
+  std::condition_variable returned_cv;
+  bool returned = false, done_at_return = false;
   job.OnEveryRank([&](int rank) {
     if (rank == 0) {
-      early = SubmitEager(job.rank(0), "late/peer", 0, 3);
+      early = SubmitEager(job.rank(0), "late/peer", 0, 3, &early_on_caller);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        done_at_return = early->status.wait_for(std::chrono::seconds(0)) ==
+                         std::future_status::ready;
+        returned = true;
+      }
+      returned_cv.notify_all();
+      early->status.wait_for(std::chrono::seconds(10));
       return;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // well past the drive
+    bool saw_return;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      saw_return = returned_cv.wait_for(lock, std::chrono::seconds(10), [&] { return returned; });
+    }
+    EXPECT_TRUE(saw_return) << "rank 0's Enqueue did not return while its peer had not "
+                               "submitted: the drive did not give up";
     OpPtr late = SubmitEager(job.rank(1), "late/peer", 1, 3);
     ExpectAllreduced(late, ReduceOp::kSum, 2, 3);
   });
+  EXPECT_FALSE(done_at_return) << "rank 0's op was complete when its Enqueue returned";
   ExpectAllreduced(early, ReduceOp::kSum, 2, 3);
+  EXPECT_EQ(early_on_caller.load(), 0)
+      << "rank 0's op completed on its caller's thread, which had handed it over";
   // And the job goes on: a second round of the same, named as before.
   job.OnEveryRank([&](int rank) {
     ExpectAllreduced(SubmitEager(job.rank(rank), "late/peer", rank, 4), ReduceOp::kSum, 2, 4);

@@ -9,7 +9,10 @@ for tfring with a small model: run by test_examples.py as `mpirun -np 2 python T
    broadcast and metric-average callbacks.
 
 Each prints "<pattern>: identical on all ranks: True" when every rank ends with rank 0's
-weights, and "<pattern>: loss fell: True" when training lowered the loss.
+weights, "<pattern>: loss fell: True" when training lowered the loss, and
+"<pattern>: float16 on the wire: True|False", from what the reduction delivered: True when
+the reduced gradients (the custom loop's, from the tape) or the updates they made (fit's)
+are float16 values, as --fp16-allreduce makes them, with enough values to tell.
 """
 
 import argparse
@@ -54,10 +57,58 @@ def identical(arrays, label):
     return same
 
 
-def report(label, same, losses):
+def report(label, same, losses, float16):
     if tfring.rank() == 0:
         print(f"{label}: identical on all ranks: {same}", flush=True)
         print(f"{label}: loss fell: {losses[-1] < losses[0]}", flush=True)
+        verdict, telling = float16
+        print(f"{label}: float16 on the wire: {verdict} ({telling} values tell)", flush=True)
+
+
+TELLING = 20  # values that must tell float16 from float32 before either is claimed
+
+
+def float16_values(arrays):
+    """(Whether the gradients are float16 values cast to float32, how many values tell): a
+    float32 mean of float32 gradients has nearly every nonzero value between two float16
+    ones. "unknown" with fewer than TELLING nonzero values."""
+    values = np.concatenate([np.ravel(a) for a in arrays]).astype(np.float32)
+    nonzero = values[values != 0]
+    if len(nonzero) < TELLING:
+        return "unknown", len(nonzero)
+    return bool(np.all(nonzero.astype(np.float16).astype(np.float32) == nonzero)), len(nonzero)
+
+
+def float16_moves(before, after, lr):
+    """(Whether SGD(lr) moved the weights by float16 gradients, how many weights tell).
+    Where a weight moved by at least 2**-10 of itself, the gradient is recovered from the
+    move to within 2**-13 of itself, less than half a float16 step, so rounding it to float16
+    gives back the float16 gradient that moved it (if one did), and w - lr * that gradient,
+    rounded as float32 rounds (product and difference, or one fused rounding), must give
+    the weight after. A float32 gradient's move is rarely so explained: every telling
+    weight must be."""
+    w0 = np.concatenate([np.ravel(a) for a in before]).astype(np.float32)
+    w1 = np.concatenate([np.ravel(a) for a in after]).astype(np.float32)
+    moved = w1.astype(np.float64) - w0
+    telling = np.abs(moved) >= 2.0 ** -10 * np.abs(w0)
+    g16 = (moved / -np.float64(np.float32(lr))).astype(np.float16).astype(np.float32)
+    lr32 = np.float32(lr)
+    rounded_twice = w0 - lr32 * g16  # float32 arithmetic, as the optimizer's ops
+    fused = (w0.astype(np.float64) - np.float64(lr32) * g16).astype(np.float32)
+    explained = (rounded_twice == w1) | (fused == w1)
+    if telling.sum() < TELLING:
+        return "unknown", int(telling.sum())
+    return bool(np.all(explained[telling])), int(telling.sum())
+
+
+class LastStep(keras.callbacks.Callback):
+    """The weights before and after the last step of fit."""
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.before = self.model.get_weights()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.after = self.model.get_weights()
 
 
 def custom_loop():
@@ -75,10 +126,14 @@ def custom_loop():
         if first_batch:
             tfring.broadcast_variables(model.variables, root_rank=0)
             tfring.broadcast_variables(opt.variables(), root_rank=0)
-        return tfring.allreduce(loss)
+        return tfring.allreduce(loss), grads
 
-    losses = [float(step(True))] + [float(step(False)) for _ in range(args.steps)]
-    report("custom loop", identical(model.get_weights(), "loop"), losses)
+    losses = [float(step(True)[0])]
+    for _ in range(args.steps):
+        loss, grads = step(False)
+        losses.append(float(loss))
+    report("custom loop", identical(model.get_weights(), "loop"), losses,
+           float16_values([g.numpy() for g in grads]))
 
 
 def fit():
@@ -89,10 +144,12 @@ def fit():
     data, target = synthetic(tfring.rank())
     dataset = tf.data.Dataset.from_tensor_slices((data, target)).cache().repeat().batch(
         args.batch_size)
+    last = LastStep()
     history = model.fit(dataset, steps_per_epoch=2, epochs=args.steps // 2, verbose=0,
                         callbacks=[hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
-                                   hvd_keras.callbacks.MetricAverageCallback()])
-    report("fit", identical(model.get_weights(), "fit"), history.history["loss"])
+                                   hvd_keras.callbacks.MetricAverageCallback(), last])
+    report("fit", identical(model.get_weights(), "fit"), history.history["loss"],
+           float16_moves(last.before, last.after, 0.05))
 
 
 custom_loop()

@@ -52,10 +52,19 @@ def test_collectives_walkthrough():
 
 
 # Horovod's synthetic benchmarks' patterns (tests/examples/_horovod_style_*.py), on tf_keras
-# as a Horovod user's scripts run: with their flags --fp16-allreduce and --use-adasum.
+# as a Horovod user's scripts run: with their flags --fp16-allreduce and --use-adasum. Each
+# script also reports what its flags did, from the values the reduction delivered (the
+# scripts' docstrings say how), so that a flag the code ignored would show.
 def run_horovod_style(script, *args):
     return run_example(script, *args, folder=os.path.join("tests", "examples"),
                        env={"TF_USE_LEGACY_KERAS": "1"})
+
+
+def first_update_errors(output):
+    """The tf1 script's relative errors of its first update as Adasum and as Average."""
+    (found,) = re.findall(r"tf1: first update, relative error as adasum (\S+), as average (\S+)",
+                          output)
+    return float(found[0]), float(found[1])
 
 
 def test_horovod_style_tf2_tape_and_fit_with_fp16_compression():
@@ -63,13 +72,25 @@ def test_horovod_style_tf2_tape_and_fit_with_fp16_compression():
     for pattern in ("custom loop", "fit"):
         assert f"{pattern}: identical on all ranks: True" in out, out
         assert f"{pattern}: loss fell: True" in out, out
+        # The tape's reduced gradients, and fit's updates, are float16 values.
+        assert f"{pattern}: float16 on the wire: True " in out, out
 
 
 def test_horovod_style_tf1_session_order():
     out = run_horovod_style("_horovod_style_tf1.py")
     assert "tf1: identical on all ranks: True" in out and "tf1: loss fell: True" in out, out
+    # Neither flag: float32 on the wire, and the update is the average's (the ranks' updates
+    # summed, at the learning rate times the size), not Adasum's.
+    assert "tf1: float16 on the wire: False " in out, out
+    as_adasum, as_average = first_update_errors(out)
+    assert as_average < 1e-3 and as_adasum > 1e-2, out
 
 
 def test_horovod_style_tf1_session_order_with_adasum_and_fp16():
     out = run_horovod_style("_horovod_style_tf1.py", "--use-adasum", "--fp16-allreduce")
     assert "tf1: identical on all ranks: True" in out and "tf1: loss fell: True" in out, out
+    # Both flags took effect: float16 values moved the weights, by the Adasum of the ranks'
+    # updates (to within float16's rounding of them), far from their sum.
+    assert "tf1: float16 on the wire: True " in out, out
+    as_adasum, as_average = first_update_errors(out)
+    assert as_adasum < 2e-3 and as_average > 1e-2, out

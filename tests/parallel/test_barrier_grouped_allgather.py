@@ -65,9 +65,18 @@ def test_barrier_waits_for_every_rank(mode, rank, size):
 
 
 def test_barrier_in_a_tf1_graph(rank, size):
+    # As the eager test above, in a session: the last rank runs the barrier op 0.5 s late;
+    # no rank's run of it may end before that rank's began.
     with tf.Graph().as_default():
         op = tfring.barrier(name="barrier.graph")
         assert isinstance(op, tf.Operation)
         with tf.compat.v1.Session() as session:
-            for _ in range(3):
-                session.run(op)
+            session.run(op)  # line everyone up first
+            if rank == size - 1:
+                time.sleep(0.5)
+            entered = time.time()
+            session.run(op)
+            left = time.time()
+            session.run(op)  # and it runs again, every rank
+    times = tfring.allgather(np.array([[entered, left]]), name="barrier.graph.times").numpy()
+    assert times[:, 1].min() >= times[:, 0].max(), times

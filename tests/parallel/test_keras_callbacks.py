@@ -169,17 +169,27 @@ def test_broadcast_then_training_keeps_ranks_identical_with_averaged_gradients(r
     for i, w in enumerate(model.get_weights()):
         root = tfring.broadcast(tf.constant(w), 0, name=f"callbacks.identical.{i}").numpy()
         np.testing.assert_array_equal(w, root)
+    w, b, _ = numpy_sgd(size)
+    np.testing.assert_allclose(model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.get_weights()[1], b, rtol=1e-5, atol=1e-6)
+
+
+def numpy_sgd(size):
+    """One process's SGD(LR) from rank 0's weights on the ranks' batches together, in numpy:
+    the weights after one epoch (fit's data), and the epoch's mean loss (each step's loss
+    before its update, as Keras logs it: the mean of the ranks' losses, equal batches)."""
     w, b = (a.astype(np.float64) for a in initial_weights(0))
     data = [make_data(100 + r) for r in range(size)]
+    losses = []
     for step in range(STEPS):
         rows = slice(step * BATCH, (step + 1) * BATCH)
         x = np.concatenate([d[0][rows] for d in data]).astype(np.float64)
         y = np.concatenate([d[1][rows] for d in data]).astype(np.float64)
         error = x @ w + b - y  # d(mean squared error)/d(prediction) * n / 2
+        losses.append(np.mean(error ** 2))
         w = w - LR * 2 * x.T @ error / len(x)
         b = b - LR * 2 * error.sum(0) / len(x)
-    np.testing.assert_allclose(model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(model.get_weights()[1], b, rtol=1e-5, atol=1e-6)
+    return w, b, np.mean(losses)
 
 
 # MetricAverageCallback
@@ -447,9 +457,38 @@ def test_every_callback_leaves_jit_compile_on_where_xla_runs():
 
 
 def test_fit_with_jit_compile_runs_without_xla_where_it_cannot_run(rank, size, monkeypatch):
+    # Where tfring's ops cannot run under XLA, the callbacks turn jit_compile off before
+    # Keras traces the step. The effect, not only the flag: the loss, traced inside the step,
+    # notes whether TensorFlow is building an XLA cluster there (TensorFlow's own check);
+    # the DistributedOptimizer would refuse to trace under XLA (tfring thinks it cannot run
+    # there); and the fit trains as numpy's SGD on the ranks' batches together, with the
+    # averaged loss.
+    from tensorflow.python.ops import control_flow_util
+
+    import tfring.keras as hvd_keras
+
+    in_xla = []
+
+    def mse(y_true, y_pred):
+        in_xla.append(control_flow_util.GraphOrParentsInXlaContext(
+            tf.compat.v1.get_default_graph()))
+        return keras.losses.mean_squared_error(y_true, y_pred)
+
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])
+    model.set_weights(initial_weights(rank))
+    model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(LR)),
+                  loss=mse, jit_compile=True)
+    assert model.jit_compile  # compiled where XLA could run: the callbacks must turn it off
+    # A train function built already (as by an earlier fit): it was made with XLA, and a
+    # flag turned off afterwards alone would leave fit running it.
+    model.make_train_function()
     monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
-    model = make_model(seed=rank, jit_compile=True)
     with pytest.warns(UserWarning, match="jit_compile"):
-        fit(model, [hvd_callbacks.BroadcastGlobalVariablesCallback(0),
-                    hvd_callbacks.MetricAverageCallback()], rank)
+        history = fit(model, [hvd_callbacks.BroadcastGlobalVariablesCallback(0),
+                              hvd_callbacks.MetricAverageCallback()], rank)
     assert model.jit_compile is False
+    assert in_xla and not any(in_xla), in_xla  # traced, and never inside XLA
+    w, b, loss = numpy_sgd(size)
+    np.testing.assert_allclose(model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.get_weights()[1], b, rtol=1e-5, atol=1e-6)
+    assert history.history["loss"][0] == pytest.approx(loss, rel=1e-5)

@@ -124,13 +124,49 @@ def test_sparse_gradient_reaches_the_optimizer_gathered(rank, size):
     assert "IndexedSlices" in seen
 
 
-def test_fp16_compression_is_close(rank, size):
-    model, _ = fit_distributed(rank, size, keras.optimizers.SGD(0.1),
-                               compression=hvd.Compression.fp16)
-    assert_same_on_all_ranks([w.numpy() for w in model.weights], "fp16")
-    assert_close([w.numpy() for w in model.weights],
-                 reference_weights(keras, keras.optimizers.SGD(0.1), STEPS, size),
-                 rtol=1e-2, atol=1e-3)
+def fp16_problem(rank):
+    """Rank r's batch for one step of a Dense(1) layer from zero weights, chosen so that
+    float32 computes its gradient exactly and float16 exactly drops a known part of it.
+
+    From zero weights the error is -y, so the MSE gradient is -(2/BATCH) x^T y for the kernel
+    and -(2/BATCH) sum(y) for the bias. x holds 1s and 2s; y = c + 2**-16 with c a multiple
+    of 1/4 in [1/4, 2]. Each gradient is then g = a - t: a, from the c's, a multiple of 1/8
+    of magnitude 1/2 to 8 (8 significant bits: float16 holds it, and any sum of a few); t,
+    from the 2**-16's, at most 2**-14, less than half a float16 step at |a| >= 1/2, so
+    float16(g) = a. float32 holds g (under 24 significant bits) and computes it exactly."""
+    rng = np.random.default_rng(300 + rank)
+    x = rng.integers(1, 3, size=(BATCH, 3)).astype(np.float32)
+    y = (rng.integers(1, 9, size=(BATCH, 1)) / 4 + 2.0 ** -16).astype(np.float32)
+    return x, y
+
+
+def test_fp16_compression_sends_float16_in_fit(rank, size):
+    # One step of fit with Compression.fp16, checked exactly against numpy: every rank's
+    # float32 gradient, rounded to float16, averaged (the sums are exact in float16; the
+    # mean is rounded to float16 once, as the wire's dtype holds it), applied by SGD(0.5).
+    # Without the compression the mean would keep the 2**-16 parts (fp16_problem) and
+    # differ from this in every element.
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, kernel_initializer="zeros")])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.5),
+                                                     compression=hvd.Compression.fp16),
+                  loss="mse")
+    x, y = fp16_problem(rank)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+
+    sums, exact_sums = [np.zeros((3, 1)), np.zeros(1)], [np.zeros((3, 1)), np.zeros(1)]
+    for r in range(size):
+        rx, ry = (a.astype(np.float64) for a in fp16_problem(r))
+        grads = [-(2 / BATCH) * rx.T @ ry, -(2 / BATCH) * ry.sum(0)]
+        for total, exact, g in zip(sums, exact_sums, grads):
+            assert np.all(g.astype(np.float32) == g)  # float32 holds every rank's gradient
+            assert np.all(g.astype(np.float16) != g)  # and float16 rounds every one of them
+            total += g.astype(np.float16)
+            exact += g
+    for total, exact, got in zip(sums, exact_sums, model.get_weights()):
+        assert np.all(total.astype(np.float16) == total)  # the sums are exact in float16
+        mean = (total / size).astype(np.float16).astype(np.float32)
+        assert np.all((exact / size).astype(np.float32) != mean)  # what no compression gives
+        np.testing.assert_array_equal(got, np.float32(-0.5) * mean)
 
 
 def test_mixed_precision_reduces_before_the_finite_check(rank, size):

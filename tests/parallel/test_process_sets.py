@@ -2,7 +2,9 @@
 mode; sets running at the same time; gradients; errors. Runs at 2 and 3 ranks: the sets are
 the even and the odd ranks ([0, 2] and [1] at 3 ranks, [0] and [1] at 2)."""
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -112,8 +114,31 @@ def test_reducescatter_and_alltoall_in_set(mode, rank, my_set):
                             for r in my_set.ranks]))
 
 
-def test_barrier_in_set(my_set):
-    tfring.barrier(name="ps.barrier", process_set=my_set)
+def test_barrier_in_set(rank, size, shared_tmp_path):
+    # The set is every rank but the last. Its last member (at 3 ranks or more) enters 0.3 s
+    # late: no member may leave before it entered. The last rank, outside the set, calls
+    # nothing until every member has left the barrier (each leaves a file saying so): a
+    # barrier that needed it would never end, and the wait below fails after 60 s.
+    members = list(range(size - 1))
+    the_set = tfring.ProcessSet(members)
+    tfring.barrier(name="ps.barrier.line_up")
+    entered = left = float("nan")
+    if rank in members:
+        if rank == members[-1] and len(members) > 1:
+            time.sleep(0.3)
+        entered = time.time()  # every rank on one host: one clock
+        tfring.barrier(name="ps.barrier", process_set=the_set)
+        left = time.time()
+        open(os.path.join(shared_tmp_path, f"left.{rank}"), "w").close()
+    else:
+        deadline = time.time() + 60
+        while not all(os.path.exists(os.path.join(shared_tmp_path, f"left.{r}"))
+                      for r in members):
+            assert time.time() < deadline, "the set's barrier waited for a rank outside it"
+            time.sleep(0.01)
+    times = tfring.allgather(np.array([[entered, left]]), name="ps.barrier.times").numpy()
+    times = times[members]
+    assert times[:, 1].min() >= times[:, 0].max(), times
 
 
 def test_sets_run_concurrently_with_the_same_names(rank, size):

