@@ -73,14 +73,18 @@ InprocJob::InprocJob(int size, const Options& options, double world_timeout_seco
 
 InprocJob::InprocJob(int size, const Options& options,
                      FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds)
-    : InprocJob(size, options, device_counters, world_timeout_seconds, nullptr) {}
+    : InprocJob(size, options, device_counters, world_timeout_seconds, Wrappers{}) {}
 
 InprocJob::InprocJob(int size, const Options& options, const WrapBackend& wrap)
-    : InprocJob(size, options, nullptr, 20.0, wrap) {}
+    : InprocJob(size, options, nullptr, 20.0, Wrappers{nullptr, wrap}) {}
+
+InprocJob::InprocJob(int size, const Options& options, const Wrappers& wrap,
+                     double world_timeout_seconds)
+    : InprocJob(size, options, nullptr, world_timeout_seconds, wrap) {}
 
 InprocJob::InprocJob(int size, const Options& options,
                      FakeDeviceMemory::Counters* device_counters, double world_timeout_seconds,
-                     const WrapBackend& wrap) {
+                     const Wrappers& wrap) {
   auto control_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto data_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
   auto device_world = std::make_shared<InprocWorld>(size, world_timeout_seconds);
@@ -96,11 +100,13 @@ InprocJob::InprocJob(int size, const Options& options,
           r, size);
     }
     std::unique_ptr<Backend> backend = std::make_unique<InprocBackend>(data_world, r);
-    if (wrap) backend = wrap(std::move(backend), r);
+    if (wrap.backend) backend = wrap.backend(std::move(backend), r);
+    std::unique_ptr<ControlPlane> control_plane =
+        std::make_unique<InprocControlPlane>(control_world, r);
+    if (wrap.control_plane) control_plane = wrap.control_plane(std::move(control_plane), r);
     coordinators_.push_back(std::make_unique<Coordinator>(
         options,
-        std::make_unique<CountingControlPlane>(
-            std::make_unique<InprocControlPlane>(control_world, r), rounds_.back().get()),
+        std::make_unique<CountingControlPlane>(std::move(control_plane), rounds_.back().get()),
         std::move(backend), std::move(device), InprocSetFactory(set_worlds, r)));
   }
   for (auto& c : coordinators_) c->Start();

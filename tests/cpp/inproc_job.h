@@ -14,6 +14,7 @@
 
 #include "tfring/kernels/common/options.h"
 #include "tests/cpp/fake_device_memory.h"
+#include "tfring/kernels/core/control_plane.h"
 #include "tfring/kernels/core/coordinator.h"
 
 namespace tfring {
@@ -32,6 +33,18 @@ class InprocJob {
   using WrapBackend =
       std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend> backend, int rank)>;
   InprocJob(int size, const Options& options, const WrapBackend& wrap);
+  // With each rank's control plane passed through `control_plane` (a test's damage to the
+  // coordinator's messages, say) and its host backend through `backend`; either may be
+  // empty. The wrapper sits between the coordinator's round counting (negotiation_rounds)
+  // and the in-process control plane, so it sees the encoded bytes each rank sends.
+  using WrapControlPlane = std::function<std::unique_ptr<ControlPlane>(
+      std::unique_ptr<ControlPlane> control_plane, int rank)>;
+  struct Wrappers {
+    WrapControlPlane control_plane;
+    WrapBackend backend;
+  };
+  InprocJob(int size, const Options& options, const Wrappers& wrap,
+            double world_timeout_seconds = 20.0);
   ~InprocJob();  // Shutdown()
 
   int size() const { return static_cast<int>(coordinators_.size()); }
@@ -50,7 +63,7 @@ class InprocJob {
 
  private:
   InprocJob(int size, const Options& options, FakeDeviceMemory::Counters* device_counters,
-            double world_timeout_seconds, const WrapBackend& wrap);
+            double world_timeout_seconds, const Wrappers& wrap);
 
   std::vector<std::unique_ptr<std::atomic<int64_t>>> rounds_;
   std::vector<std::unique_ptr<Coordinator>> coordinators_;

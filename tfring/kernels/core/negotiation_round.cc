@@ -64,34 +64,45 @@ Status NegotiationRound::Run(ControlPlane* control_plane, const std::vector<Requ
   std::string bytes;
   if (rank_ == 0) {
     const auto now = SteadyClock::now();
-    for (int r = 0; r < size_; ++r) {
+    Status malformed;
+    for (int r = 0; r < size_ && malformed.ok(); ++r) {
       std::vector<Request> reqs;
-      TFRING_RETURN_IF_ERROR(DecodeRequests(gathered[r], r, size_, &reqs));
-      for (const Request& req : reqs) negotiator_.Add(r, req, now);
-    }
-    ResponseList decided;
-    decided.responses = negotiator_.TakeReady();
-    if (options_.drift_check_seconds > 0) {
-      for (Response& r : negotiator_.TakeDrifted(options_.drift_check_seconds, now)) {
-        decided.responses.push_back(std::move(r));
+      malformed = DecodeRequests(gathered[r], r, size_, &reqs);
+      if (malformed.ok()) {
+        for (const Request& req : reqs) negotiator_.Add(r, req, now);
       }
     }
-    if (params_pending_) {
-      decided.has_params = true;
-      decided.fusion_threshold_bytes = pending_params_.fusion_threshold_bytes;
-      decided.cycle_time_ms = pending_params_.cycle_time_ms;
-      params_pending_ = false;
-    }
-    if (options_.stall_shutdown_time_seconds > 0) {
-      auto stalled = negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now);
-      if (!stalled.empty()) {
-        decided.abort_message =
-            "tfring stopped because tensors stalled for more than "
-            "TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
-            std::to_string(static_cast<int>(options_.stall_shutdown_time_seconds)) +
-            " s: " + DescribeStalled(stalled) +
-            ". Every rank must submit the same collectives; a rank that is missing them runs "
-            "a different code path, is behind, or has hung.";
+    ResponseList decided;
+    if (!malformed.ok()) {
+      // Not returned here: the peers already wait for this round's broadcast, and would wait
+      // there until TFRING_PEER_TIMEOUT_SECONDS, to fail with words naming neither the
+      // message nor its sender. The abort stops every rank, this one too, in this cycle,
+      // with the decoder's words (which name the sender).
+      decided.abort_message = malformed.message();
+    } else {
+      decided.responses = negotiator_.TakeReady();
+      if (options_.drift_check_seconds > 0) {
+        for (Response& r : negotiator_.TakeDrifted(options_.drift_check_seconds, now)) {
+          decided.responses.push_back(std::move(r));
+        }
+      }
+      if (params_pending_) {
+        decided.has_params = true;
+        decided.fusion_threshold_bytes = pending_params_.fusion_threshold_bytes;
+        decided.cycle_time_ms = pending_params_.cycle_time_ms;
+        params_pending_ = false;
+      }
+      if (options_.stall_shutdown_time_seconds > 0) {
+        auto stalled = negotiator_.PendingOlderThan(options_.stall_shutdown_time_seconds, now);
+        if (!stalled.empty()) {
+          decided.abort_message =
+              "tfring stopped because tensors stalled for more than "
+              "TFRING_STALL_SHUTDOWN_TIME_SECONDS=" +
+              std::to_string(static_cast<int>(options_.stall_shutdown_time_seconds)) +
+              " s: " + DescribeStalled(stalled) +
+              ". Every rank must submit the same collectives; a rank that is missing them runs "
+              "a different code path, is behind, or has hung.";
+        }
       }
     }
     bytes = EncodeResponseList(decided);

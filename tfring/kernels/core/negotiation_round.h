@@ -33,7 +33,9 @@ class NegotiationRound {
   // Rank 0: which ranks have joined as of this cycle (tensors no longer wait for them).
   void SetJoined(const std::vector<bool>& joined);
   // The round: `mine` gathered to rank 0, which decides; `*list` is then rank 0's decision
-  // on every rank. An error is the control plane's (a lost peer) or a malformed message.
+  // on every rank. An error is the control plane's (a lost peer) or a malformed response
+  // list; a malformed request list reaches every rank as the list's abort_message, in the
+  // decoder's words (which name its sender).
   Status Run(ControlPlane* control_plane, const std::vector<Request>& mine,
              ResponseList* list);
 
