@@ -213,6 +213,7 @@ def main():
                    "[1,0]<stdout>", OVERSUBSCRIBED_ENV))
     stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_tf_keras.py",
+                    "tests/parallel/test_tf_keras_callbacks.py",
                     "tests/parallel/test_tf_keras_sharded.py",
                     "tests/parallel/test_tf_keras_legacy_sharded.py"], 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))

@@ -1,5 +1,7 @@
 """allreduce and grouped_allreduce: every dtype x reduce op x mode against numpy."""
 
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -76,6 +78,71 @@ def test_scale_factors_on_integers_truncate_as_horovod(dtype, mode, rank, size):
     np.testing.assert_array_equal(post, np.trunc(sum(inputs) * 0.75))
     np.testing.assert_array_equal(average, np.trunc(sum(inputs) * 3.0 / size))
     assert pre.dtype == dtype.as_numpy_dtype
+
+
+# Per dtype: rank 0's input (values whose scaled result leaves the dtype's range, and some
+# that land exactly on its bounds) and every other rank's (small, so that the sums stay in
+# range and only the scaling can leave it).
+CLAMP_INPUTS = {
+    tf.int8: ([100, -100, 84, -85, 20, 127, -128], [-1, 1, 0, 0, 1, 0, 0]),
+    tf.uint8: ([200, 100, 170, 5, 255, 0, 128], [0, 1, 0, 2, 0, 3, 0]),
+    tf.int16: ([30000, -30000, 21845, -21846, 5000, 32767, -32768], [-1, 1, 0, 0, 1, 0, 0]),
+    tf.int32: ([2**30 + 5, -(2**30 + 5), 2**30, -2**30, 7, 2**31 - 1, -2**31],
+               [-1, 1, 0, 0, 1, 0, 0]),
+    tf.int64: ([2**62 + 5, -(2**62 + 5), 2**62, -2**62, 7, 2**63 - 1, -2**63],
+               [-1, 1, 0, 0, 1, 0, 0]),
+}
+
+
+def _wrapped(value, dtype):
+    """A Python int as the dtype's arithmetic wraps it (modulo 2^bits)."""
+    bits = dtype.size * 8
+    value %= 1 << bits
+    if not dtype.is_unsigned and value >= 1 << (bits - 1):
+        return value - (1 << bits)
+    return value
+
+
+def _scaled(value, factor, dtype):
+    """Horovod's integer scaling: in float64, truncated toward zero; and, as tfring's README
+    says, clamped to the dtype's range where it leaves it."""
+    scaled = math.trunc(float(value) * factor)  # float(): the double the C++ code rounds to
+    return min(max(scaled, dtype.min), dtype.max)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dtype", list(CLAMP_INPUTS), ids=lambda d: d.name)
+def test_scale_factors_on_integers_clamp_out_of_range_results(dtype, mode, rank, size):
+    big, small = CLAMP_INPUTS[dtype]
+    inputs = [big if r == 0 else small for r in range(size)]
+    # Exact in float32 (scale factors are float32 attributes), and -1.5 * size / size is
+    # -1.5 exactly in double, as the Average divides the postscale by the size.
+    pre, pre_negative, post, average_post = 2.0, -1.5, 1.5, -1.5 * size
+
+    def reduce(x):
+        return [tfring.allreduce(x, op=tfring.Sum, prescale_factor=pre),
+                tfring.allreduce(x, op=tfring.Sum, prescale_factor=pre_negative),
+                tfring.allreduce(x, op=tfring.Sum, postscale_factor=post),
+                tfring.allreduce(x, op=tfring.Average, postscale_factor=average_post)]
+    got = run(mode, reduce, np.array(inputs[rank], dtype=dtype.as_numpy_dtype))
+
+    def summed(arrays):  # elementwise, wrapping as the dtype's sum does
+        return [_wrapped(sum(column), dtype) for column in zip(*arrays)]
+    raw_sum = summed(inputs)
+    want = [
+        summed([[_scaled(v, pre, dtype) for v in x] for x in inputs]),
+        summed([[_scaled(v, pre_negative, dtype) for v in x] for x in inputs]),
+        [_scaled(v, post, dtype) for v in raw_sum],
+        [_scaled(v, average_post / size, dtype) for v in raw_sum],
+    ]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == dtype.as_numpy_dtype, i
+        assert g.tolist() == w, (i, g.tolist(), w)
+    # The inputs really leave the range: without the clamp some results would differ.
+    unclamped = [math.trunc(float(v) * post) for v in raw_sum]
+    assert any(not dtype.min <= v <= dtype.max for v in unclamped)
+    if dtype == tf.uint8:  # a negative scale of unsigned values gives 0, not a wrap
+        assert want[1] == want[3] == [0] * len(big)
 
 
 def test_average_argument_alias(rank, size):

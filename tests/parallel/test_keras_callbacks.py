@@ -314,12 +314,18 @@ def test_schedule_without_staircase_uses_the_fractional_epoch(rank, size):
         assert got == pytest.approx(0.4 / (1.0 + epoch + batch / STEPS), rel=1e-6)
 
 
-def test_schedule_constant_multiplier(rank, size):
+@pytest.mark.parametrize("staircase", [True, False])
+def test_schedule_constant_multiplier_is_exponential_decay(rank, size, staircase):
+    # As Horovod 0.28: a number m means initial_lr * m ** epoch, at the fractional epoch
+    # without staircase.
     model = make_model(seed=0)
     seen = Recorder(learning_rate_of(model))
-    fit(model, [hvd_callbacks.LearningRateScheduleCallback(0.4, 0.1, staircase=False), seen],
-        rank)
-    assert all(got == pytest.approx(0.04, rel=1e-6) for got in seen.records.values())
+    fit(model, [hvd_callbacks.LearningRateScheduleCallback(0.4, 0.5, staircase=staircase),
+                seen], rank, epochs=2)
+    assert len(seen.records) == 2 * STEPS
+    for (epoch, batch), got in seen.records.items():
+        at = epoch if staircase else epoch + batch / STEPS
+        assert got == pytest.approx(0.4 * 0.5 ** at, rel=1e-6), (epoch, batch)
 
 
 def momentum_values(model):

@@ -157,8 +157,9 @@ class LearningRateScheduleCallback(_epoch_end.EndEpochTogether, util.NoXlaMixin,
         if isinstance(multiplier, bool) or not isinstance(multiplier, numbers.Real):
             raise ValueError("`multiplier` must be a number or a function of the epoch. "
                              f"Received: multiplier={multiplier!r}")
-        # A constant needs no per-batch updates (Horovod does the same).
-        return (lambda epoch: multiplier), True
+        # A constant is exponential decay, multiplier ** epoch, per epoch or (staircase=False)
+        # per batch at the fractional epoch, as Horovod 0.28 (horovod/_keras/callbacks.py).
+        return (lambda epoch: multiplier ** epoch), bool(staircase)
 
     @staticmethod
     def _check_epochs(start_epoch, end_epoch):
