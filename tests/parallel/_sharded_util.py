@@ -1,7 +1,14 @@
 """Helpers of the shard_optimizer_state=True tests: a model whose variables (42 + 7 + 35 + 5
-+ 5 + 1 = 95 elements, 160 with the padding that aligns each) do not divide into the ranks' blocks at 2 or 3 ranks, so blocks
-split variables; each rank's data; unsharded against sharded. `k` is the Keras module:
-Keras 3 (the default) or tf_keras (tf.keras under TF_USE_LEGACY_KERAS=1)."""
++ 5 + 1 = 95 elements, 160 with the padding that aligns each) do not divide into the ranks'
+blocks at 2 or 3 ranks, so blocks split variables; each rank's data and gradients; sharded
+against unsharded. `k` is the Keras module: Keras 3 (the default) or tf_keras (tf.keras under
+TF_USE_LEGACY_KERAS=1).
+
+Most comparisons apply gradients directly (`check_apply_equals_unsharded`): a few steps of the
+sharded optimizer's apply in a tf.function, against the plain optimizer applied to the average
+of every rank's gradients, which each rank computes itself (numpy: every rank's gradients are
+seeded by its rank). That is the reference without any training loop; one fit-based
+comparison per Keras flavour (`_compare`) keeps model.fit covered."""
 
 import keras
 import numpy as np
@@ -12,14 +19,29 @@ import tfring.keras as tk
 
 STEPS, BATCH = 3, 4
 SIZES = [42, 7, 35, 5, 5, 1]
-# The flat buffer that the blocks divide starts each variable 64 bytes (16 float32) aligned;
-# the zeros in between belong to the blocks too (tfring/_sharded_state.py, ALIGN_BYTES).
-PADDED_TOTAL = sum(-(-n // 16) * 16 for n in SIZES)
+# AdamW excluding the biases from decay: two groups, the kernels and the biases.
+ADAMW_GROUPS = [[42, 35, 5], [7, 5, 1]]
+
+
+def padded_total(sizes, itemsize=4):
+    """The elements of one group's flat buffer: each variable starts 64 bytes aligned, the
+    zeros in between belong to the blocks too (tfring/_sharded_state.py, ALIGN_BYTES)."""
+    align = 64 // itemsize
+    return sum(-(-n // align) * align for n in sizes)
+
+
+PADDED_TOTAL = padded_total(SIZES)
+
+
+def block_length(total, rank, size):
+    """A rank's share of `total` elements: split as evenly as can be, the first ranks taking
+    one element more (as reducescatter splits rows)."""
+    return total // size + (1 if rank < total % size else 0)
 
 
 def block_size(rank, size):
-    """The elements of this rank's block: the padded buffer split as evenly as can be."""
-    return PADDED_TOTAL // size + (1 if rank < PADDED_TOTAL % size else 0)
+    """The elements of this rank's block of the model's one float32 group."""
+    return block_length(PADDED_TOTAL, rank, size)
 
 
 def _model(k=keras):
@@ -66,18 +88,109 @@ def _assert_same_on_every_rank(flat):
 
 
 def _compare(make_optimizer, rtol=1e-5, atol=1e-6, k=keras, **options):
+    """model.fit sharded against model.fit unsharded (each rank its own data): the same
+    weights, the same on every rank after every step, and the state a block."""
     initial = _flat(_model(k).get_weights())
     plain_model = _fit(make_optimizer, False, k=k, **options)
     steps = []
     sharded_model = _fit(make_optimizer, True, k=k, steps=steps, **options)
-    if options.get("jit_compile"):
-        assert plain_model.jit_compile and sharded_model.jit_compile
     plain, sharded = _flat(plain_model.get_weights()), _flat(sharded_model.get_weights())
     assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
     np.testing.assert_allclose(sharded, plain, rtol=rtol, atol=atol)
     assert len(steps) == STEPS
     _assert_same_on_every_rank(np.concatenate(steps))  # after every step, not only the last
     assert_state_is_a_block(plain_model.optimizer, sharded_model.optimizer)
+
+
+def numpy_dtype(variable):
+    return np.dtype(tf.as_dtype(variable.dtype).as_numpy_dtype)
+
+
+def rank_gradients(variables, rank, steps=STEPS, scale=1.0):
+    """Rank `rank`'s gradients of `variables` at each of `steps` steps, in each variable's
+    dtype: seeded by the rank alone, so that every rank can compute every rank's."""
+    rng = np.random.default_rng([7, rank])
+    return [[(scale * rng.normal(scale=0.5, size=tuple(v.shape))).astype(numpy_dtype(v))
+             for v in variables] for _ in range(steps)]
+
+
+def mean_gradients(variables, size, steps=STEPS, scale=1.0):
+    """What the reduction must give the optimizer: the average of every rank's gradients,
+    in float64, rounded once to each variable's dtype."""
+    ranks = [rank_gradients(variables, r, steps, scale) for r in range(size)]
+    return [[np.mean([g[s][j].astype(np.float64) for g in ranks], axis=0)
+             .astype(numpy_dtype(v)) for j, v in enumerate(variables)] for s in range(steps)]
+
+
+def keras3_apply(optimizer, grads, variables):
+    optimizer.apply(grads, variables)
+
+
+def tf_keras_apply(optimizer, grads, variables):
+    optimizer.apply_gradients(zip(grads, variables))  # returns an op unsharded (legacy)
+
+
+def build_optimizer(optimizer, variables):
+    """Makes the optimizer's variables before any step is traced: build(), or
+    _create_all_weights() (tf_keras.optimizers.legacy, which has no build)."""
+    if hasattr(optimizer, "build"):
+        optimizer.build(variables)
+    else:
+        optimizer._create_all_weights(variables)
+
+
+def apply_steps(optimizer, variables, grads_by_step, apply=keras3_apply, jit_compile=False):
+    """Applies each step's gradients (numpy) with one tf.function, traced once; returns the
+    flat weights after each step, and the function."""
+    @tf.function(jit_compile=jit_compile)
+    def step(grads):
+        apply(optimizer, grads, variables)
+
+    weights = []
+    for grads in grads_by_step:
+        step([tf.constant(g) for g in grads])
+        weights.append(_flat([v.numpy() for v in variables]))
+    return weights, step
+
+
+def check_apply_equals_unsharded(make_optimizer, k=keras, apply=keras3_apply, steps=STEPS,
+                                 passes=1, groups=None, grad_scale=1.0, rtol=1e-5, atol=1e-6,
+                                 jit_compile=False, **options):
+    """`steps` applies of the sharded optimizer (each rank its own gradients, times
+    `grad_scale`) against make_optimizer() without tfring, given the average of every rank's
+    gradients: what unsharded data-parallel training applies. With `passes` > 1
+    (backward_passes_per_step), the plain optimizer is given the sum of each `passes`
+    passes' averages, once: the weights must stay put in between (make_optimizer's update
+    must not depend on its step count, which tfring's tf_keras wrapper counts per pass).
+    Checks the weights after every step, the same on every rank, and that each rank holds
+    its block of the state only; returns (sharded optimizer, plain optimizer, the sharded
+    traced step)."""
+    rank, size = tfring.rank(), tfring.size()
+    initial = _flat(_model(k).get_weights())
+    model = _model(k)
+    if passes > 1:
+        options["backward_passes_per_step"] = passes
+    sharded = tk.DistributedOptimizer(make_optimizer(), shard_optimizer_state=True, **options)
+    build_optimizer(sharded, model.trainable_variables)
+    got, step = apply_steps(sharded, model.trainable_variables,
+                            rank_gradients(model.trainable_variables, rank, steps, grad_scale),
+                            apply, jit_compile)
+    variables = _model(k).trainable_variables
+    averaged = mean_gradients(variables, size, steps, grad_scale)
+    summed = [[sum(g[j].astype(np.float64) for g in averaged[u:u + passes])
+               .astype(averaged[0][j].dtype) for j in range(len(variables))]
+              for u in range(0, steps - passes + 1, passes)]
+    plain = make_optimizer()
+    build_optimizer(plain, variables)
+    updates, _ = apply_steps(plain, variables, summed, apply, jit_compile)
+    assert np.abs(updates[-1] - initial).max() > 1e-3, "the steps did not move the weights"
+    for s, weights in enumerate(got):
+        done = (s + 1) // passes  # updates applied after s + 1 passes
+        np.testing.assert_allclose(weights, updates[done - 1] if done else initial, rtol=rtol,
+                                   atol=atol, err_msg=f"after step {s + 1}")
+    _assert_same_on_every_rank(np.concatenate(got))
+    assert_state_is_a_block(plain, sharded, groups)
+    return sharded, plain, step
 
 
 def state_elements(optimizer):
@@ -88,17 +201,16 @@ def state_elements(optimizer):
     return sum(int(np.prod(v.shape)) for v in variables if len(v.shape) > 0)
 
 
-def assert_state_is_a_block(plain, sharded):
-    """Each rank holds about 1/N of the unsharded state (no silent fallback to unsharded):
-    every element of it on one rank only, in blocks that differ by an element per group."""
+def assert_state_is_a_block(plain, sharded, groups=None):
+    """Each rank holds exactly its block of each group (`groups`: the element counts of
+    each group's variables; default one group of the whole model) for each slot of the
+    unsharded state, no more: a silent fallback to unsharded state fails here."""
+    rank, size = tfring.rank(), tfring.size()
     whole = state_elements(plain)
     slots = whole // sum(SIZES)  # Adam's two moments, SGD's momentum, ...
-    assert whole == slots * sum(SIZES), whole
-    mine = state_elements(sharded)
-    total = int(tfring.allreduce(tf.constant(mine), op=tfring.Sum).numpy())
-    assert total == slots * PADDED_TOTAL, (mine, total, whole)
-    # Two groups at most here (AdamW: with weight decay, without).
-    assert abs(mine - slots * PADDED_TOTAL / tfring.size()) <= 2 * slots, (mine, whole)
+    assert slots > 0 and whole == slots * sum(SIZES), whole
+    want = slots * sum(block_length(padded_total(g), rank, size) for g in (groups or [SIZES]))
+    assert state_elements(sharded) == want, (state_elements(sharded), want, whole)
 
 
 def check_one_reducescatter_and_one_grouped_allgather(step, optimizer, results):
@@ -110,7 +222,20 @@ def check_one_reducescatter_and_one_grouped_allgather(step, optimizer, results):
     assert ops.count("TfringGroupedAllgather") == 1 and "TfringAllgather" not in ops, ops
     np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5, atol=1e-6)
     _assert_same_on_every_rank(results[True][0])
-    assert_state_is_a_block(results[False][1], results[True][1])
+    assert_state_is_a_block(results[False][1], results[True][1], ADAMW_GROUPS)
+
+
+def check_xla_step(make_optimizer, k=keras, groups=None, **kwargs):
+    """Sharded apply in a function XLA compiles equals the plain optimizer under XLA; the
+    compiled step sums every rank's blocks placed in the whole buffer (one grouped
+    allreduce: an allgather has no XLA lowering), and keeps its one reducescatter."""
+    _, _, step = check_apply_equals_unsharded(make_optimizer, k, groups=groups,
+                                              jit_compile=True, **kwargs)
+    ops = [n.op for n in traced_nodes(step, [tf.zeros(v.shape) for v in
+                                             _model(k).trainable_variables])]
+    assert ops.count("TfringReducescatter") == 1, ops
+    assert ops.count("TfringGroupedAllreduce") == 1, ops
+    assert "TfringGroupedAllgather" not in ops and "TfringAllgather" not in ops, ops
 
 
 def _adamw(k=keras):
@@ -127,12 +252,20 @@ def optimizers(k=keras):
 
 
 def clipping_optimizers(k=keras):
-    """Norms small enough that every step clips: a norm of a rank's block alone would scale
-    differently."""
+    """Norms small enough that every step clips (the gradients' norms are about 5 for the
+    model, 0.3 to 3 per variable): a norm of a rank's block alone would scale differently."""
     return ([lambda: k.optimizers.Adam(0.01, global_clipnorm=0.05),
-             lambda: k.optimizers.SGD(0.1, clipnorm=0.02),
-             lambda: k.optimizers.SGD(0.1, clipvalue=0.005)],
+             lambda: k.optimizers.SGD(0.1, momentum=0.9, clipnorm=0.02),
+             lambda: k.optimizers.SGD(0.1, momentum=0.9, clipvalue=0.005)],
             ["global-clipnorm", "clipnorm", "clipvalue"])
+
+
+def sweep(k=keras):
+    """pytest parameters of the apply sweep: (make_optimizer, groups) with ids."""
+    makers, ids = optimizers(k)
+    clipping, clipping_ids = clipping_optimizers(k)
+    return [(make, ADAMW_GROUPS if name.startswith("adamw") else None)
+            for make, name in zip(makers + clipping, ids + clipping_ids)], ids + clipping_ids
 
 
 def check_loss_scale_skips_on_every_rank(rank, k, loss_scale_optimizer, apply, scale_of,
@@ -159,16 +292,20 @@ def check_loss_scale_skips_on_every_rank(rank, k, loss_scale_optimizer, apply, s
     _assert_same_on_every_rank(after)
 
 
-def check_accumulation_and_mixed_precision(k, loss_scale_optimizer):
-    """backward_passes_per_step, and mixed precision under a LossScaleOptimizer
-    (loss_scale_optimizer(inner, initial_scale)): as unsharded."""
-    _compare(lambda: k.optimizers.Adam(0.01), k=k, backward_passes_per_step=3)
-    k.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        _compare(lambda: loss_scale_optimizer(k.optimizers.SGD(0.1, momentum=0.9), 2.0 ** 10),
-                 rtol=1e-3, atol=1e-4, k=k)
-    finally:
-        k.mixed_precision.set_global_policy("float32")
+def check_accumulation_and_loss_scale(k, loss_scale_optimizer, apply, grad_scale,
+                                      counted_passes):
+    """backward_passes_per_step=3, six passes: two updates by the sums of three passes'
+    averaged gradients (SGD with momentum: its update does not depend on the step count);
+    `iterations` counts the updates (Keras 3) or, as Horovod's, every pass (tf_keras:
+    counted_passes). A LossScaleOptimizer (loss_scale_optimizer(inner, initial_scale))
+    against the plain one on the averaged gradients, given gradients scaled by `grad_scale`
+    where its apply unscales them (Keras 3; a power of two: exact)."""
+    sharded, _, _ = check_apply_equals_unsharded(
+        lambda: k.optimizers.SGD(0.1, momentum=0.9), k, apply, steps=6, passes=3)
+    assert int(sharded.iterations.numpy()) == (6 if counted_passes else 2)
+    check_apply_equals_unsharded(
+        lambda: loss_scale_optimizer(k.optimizers.SGD(0.1, momentum=0.9), 2.0 ** 10), k, apply,
+        grad_scale=grad_scale)
 
 
 # fp16 compression: the gradients below lose DELTA when a rank casts them to float16 (a
@@ -193,9 +330,9 @@ def _fp16_gradients(variables, rank, size):
     return grads, rounded
 
 
-def traced_nodes(function):
+def traced_nodes(function, *args):
     """The nodes of a traced tf.function's graph and of the functions it calls."""
-    graph_def = function.get_concrete_function().graph.as_graph_def()
+    graph_def = function.get_concrete_function(*args).graph.as_graph_def()
     return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
 
 

@@ -2,7 +2,11 @@
 unsharded training, every rank ends each step with the same weights, each rank holds its
 block of the optimizer state only, and what the mode cannot do is refused, saying why.
 
-Checkpoints: test_sharded_checkpoints.py."""
+The optimizers are compared by their apply (a few steps in a tf.function) against the plain
+Keras optimizer given the average of every rank's gradients, which each rank computes in
+numpy (_sharded_util.py); one comparison runs model.fit. Checkpoints:
+test_sharded_checkpoints.py; refusals at build and at the first step, and constraints:
+test_sharded_refusals.py."""
 
 import keras
 import numpy as np
@@ -12,36 +16,41 @@ import tensorflow as tf
 import tfring
 import tfring.keras as tk
 
-from _sharded_util import BATCH, PADDED_TOTAL, STEPS, _adamw, _assert_same_on_every_rank, \
-    _compare, block_size, _data, _fit, _flat, _model, \
-    check_accumulation_and_mixed_precision, check_fp16_compression, \
-    check_loss_scale_skips_on_every_rank, check_one_reducescatter_and_one_grouped_allgather, \
-    clipping_optimizers, optimizers
+from _sharded_util import ADAMW_GROUPS, STEPS, _adamw, _assert_same_on_every_rank, \
+    _compare, _flat, _model, apply_steps, block_length, check_accumulation_and_loss_scale, \
+    check_apply_equals_unsharded, check_fp16_compression, check_loss_scale_skips_on_every_rank, \
+    check_one_reducescatter_and_one_grouped_allgather, check_xla_step, keras3_apply, \
+    mean_gradients, numpy_dtype, padded_total, rank_gradients, state_elements, sweep
 
 
-@pytest.mark.parametrize("make_optimizer", optimizers()[0], ids=optimizers()[1])
-def test_equals_unsharded(make_optimizer):
-    _compare(make_optimizer)
+@pytest.mark.parametrize("make_optimizer,groups", sweep()[0], ids=sweep()[1])
+def test_apply_equals_the_plain_optimizer_on_averaged_gradients(make_optimizer, groups):
+    # The clipping ones too: clipnorm and global_clipnorm must use whole norms.
+    check_apply_equals_unsharded(make_optimizer, groups=groups)
 
 
-@pytest.mark.parametrize("make_optimizer", clipping_optimizers()[0],
-                         ids=clipping_optimizers()[1])
-def test_clipping_uses_whole_norms(make_optimizer):
-    _compare(make_optimizer)
+def test_fit_equals_unsharded_fit():
+    """The one fit-based comparison on Keras 3: model.fit's train step through the wrapper
+    (apply_gradients, the first step building the blocks), sharded against unsharded, each
+    rank its own data; the weights the same on every rank after every batch."""
+    _compare(lambda: keras.optimizers.Adam(0.01))
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(0.01), _adamw],
+@pytest.mark.parametrize("make_optimizer,groups",
+                         [(lambda: keras.optimizers.Adam(0.01), None), (_adamw, ADAMW_GROUPS)],
                          ids=["adam", "adamw-two-groups"])
-def test_jit_compile_keeps_xla(make_optimizer, recwarn):
+def test_jit_compile_keeps_xla(make_optimizer, groups):
     # The step stays compiled (an allgather could not be: there the blocks are summed into
-    # place), and equals the unsharded step under XLA.
-    _compare(make_optimizer, jit_compile=True)
-    assert not [w for w in recwarn if "jit_compile (XLA) is off" in str(w.message)]
+    # place), and equals the plain optimizer's step under XLA.
+    check_xla_step(make_optimizer, groups=groups)
 
 
-def test_accumulation_and_mixed_precision():
-    check_accumulation_and_mixed_precision(
-        keras, lambda inner, scale: keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale))
+def test_accumulation_and_loss_scale():
+    # Keras 3's LossScaleOptimizer.apply unscales: it is given gradients scaled by 2**10;
+    # `iterations` counts applied steps.
+    check_accumulation_and_loss_scale(
+        keras, lambda inner, scale: keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale),
+        keras3_apply, 2.0 ** 10, counted_passes=False)
 
 
 def test_fp16_compression_sends_float16_and_rounds_as_unsharded():
@@ -75,31 +84,6 @@ def test_loss_scale_skips_on_every_rank_when_one_block_is_not_finite(rank):
         rank, keras, lambda sgd: keras.optimizers.LossScaleOptimizer(sgd, initial_scale=4.0),
         lambda opt, grads, variables: opt.apply(grads, variables),
         lambda opt: opt.dynamic_scale.numpy(), 0.1 / 2.0)
-
-
-def test_weights_equal_after_every_step_and_state_is_a_block(rank, size):
-    steps = []
-    record = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: steps.append(_flat(model_ref[0].get_weights())))
-    model_ref = []
-
-    def make():
-        return keras.optimizers.Adam(0.01)
-
-    class Keep(keras.callbacks.Callback):
-        def set_model(self, model):
-            model_ref.append(model)
-
-    model = _fit(make, True, callbacks=[Keep(), record])
-    assert len(steps) == STEPS
-    for flat in steps:
-        _assert_same_on_every_rank(flat)
-    # Adam's two moments, of this rank's block only (the scalar counters aside).
-    state = [v for v in model.optimizer.variables if int(np.prod(v.shape)) > 1]
-    mine = sum(int(np.prod(v.shape)) for v in state)
-    assert mine == 2 * block_size(rank, size), [v.shape for v in state]
-    total = tfring.allreduce(tf.constant(mine), op=tfring.Sum).numpy()
-    assert total == 2 * PADDED_TOTAL
 
 
 def test_refusals_say_why():
@@ -143,48 +127,106 @@ def test_a_step_while_a_rank_has_joined_fails_saying_so(rank, size):
         tfring.join()
 
 
-def test_sparse_gradients_need_sparse_as_dense():
-    def fit(sparse_as_dense):
-        keras.utils.set_random_seed(5)
-        ids = keras.Input((1,), dtype="int32")
-        out = keras.layers.Dense(1)(keras.layers.Flatten()(keras.layers.Embedding(9, 3)(ids)))
-        model = keras.Model(ids, out)
-        model.compile(optimizer=tk.DistributedOptimizer(
-            keras.optimizers.Adam(0.01), shard_optimizer_state=True,
-            sparse_as_dense=sparse_as_dense), loss="mse")
-        rng = np.random.default_rng(tfring.rank())
-        model.fit(rng.integers(0, 9, size=(8, 1)).astype(np.int32),
-                  rng.normal(size=(8, 1)).astype(np.float32), batch_size=4, verbose=0)
-        return model
+def test_sparse_gradients_need_sparse_as_dense(rank, size):
+    """An Embedding's gradient is sparse (tf.IndexedSlices, rows repeated): refused without
+    sparse_as_dense, naming the variable; with it, the update is plain Adam's on the average
+    of every rank's gradients made dense (numpy: repeated rows add up)."""
+    def variables():
+        return [keras.Variable(np.linspace(-1, 1, 27).reshape(9, 3).astype(np.float32),
+                               name="embeddings"),
+                keras.Variable(np.ones((3, 1), np.float32), name="kernel")]
 
-    with pytest.raises(ValueError, match="sparse_as_dense=True"):
-        fit(False)
-    _assert_same_on_every_rank(_flat(fit(True).get_weights()))
+    def gradients(r):  # (rows, their values, the kernel's dense gradient) at each step
+        rng = np.random.default_rng([5, r])
+        return (rng.integers(0, 9, size=(STEPS, 4)),
+                rng.normal(size=(STEPS, 4, 3)).astype(np.float32),
+                rng.normal(size=(STEPS, 3, 1)).astype(np.float32))
+
+    def dense(rows, values):
+        out = np.zeros((9, 3), np.float64)
+        np.add.at(out, rows, values)
+        return out
+
+    mine = variables()
+    rows, values, kernel = gradients(rank)
+    refusing = tk.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True)
+    with pytest.raises(ValueError, match=r"gradient of 'embeddings' is sparse.*"
+                                         r"pass sparse_as_dense=True"):
+        refusing.apply([tf.IndexedSlices(values[0], rows[0], [9, 3]), kernel[0]], mine)
+    optimizer = tk.DistributedOptimizer(keras.optimizers.Adam(0.01), shard_optimizer_state=True,
+                                        sparse_as_dense=True)
+    optimizer.build(mine)
+
+    @tf.function
+    def step(rows, values, kernel):
+        optimizer.apply([tf.IndexedSlices(values, rows, tf.constant([9, 3])), kernel], mine)
+
+    got = []
+    for s in range(STEPS):
+        step(tf.constant(rows[s]), tf.constant(values[s]), tf.constant(kernel[s]))
+        got.append(_flat([v.numpy() for v in mine]))
+    ranks = [gradients(r) for r in range(size)]
+    averaged = [[np.mean([dense(g[0][s], g[1][s]) for g in ranks], 0).astype(np.float32),
+                 np.mean([g[2][s] for g in ranks], 0)] for s in range(STEPS)]
+    reference = variables()
+    plain = keras.optimizers.Adam(0.01)
+    plain.build(reference)
+    want, _ = apply_steps(plain, reference, averaged)
+    assert np.abs(want[-1] - _flat([v.numpy() for v in variables()])).max() > 1e-3
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+    _assert_same_on_every_rank(np.concatenate(got))
+    # Adam's two moments of this rank's block of the 27 + 3 elements (32 + 16 padded).
+    assert state_elements(optimizer) == 2 * block_length(padded_total([27, 3]), rank, size)
 
 
-def test_variables_of_several_dtypes_train_as_unsharded():
-    """float32, float64 and float16 layers: three buffers, each padded for its element size
-    (16, 8 and 32 elements to 64 bytes), blocks of each split over the ranks."""
-    def fit(sharded):
-        keras.utils.set_random_seed(4)
-        x = keras.Input((6,))
-        h = keras.layers.Dense(9, activation="tanh", dtype="float64")(x)
-        h = keras.layers.Dense(11, activation="tanh", dtype="float16")(h)
-        out = keras.layers.Dense(1, dtype="float32")(h)
-        model = keras.Model(x, out)
-        initial = _flat([w.astype(np.float64) for w in model.get_weights()])
-        model.compile(optimizer=tk.DistributedOptimizer(
-            keras.optimizers.SGD(0.05, momentum=0.9), shard_optimizer_state=sharded),
-            loss="mse")
-        xs, ys = _data(tfring.rank())
-        model.fit(xs, ys, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-        dtypes = sorted({v.dtype for v in model.trainable_variables})
-        return initial, _flat([w.astype(np.float64) for w in model.get_weights()]), dtypes
+# Each dtype's rounding: float16 weights near 1 are 2**-10 apart, and the float16 gradient
+# averaged by the reducescatter may differ from the reference's by a unit in its last place.
+TOLERANCE = {np.float16: dict(rtol=0, atol=2 * 2.0 ** -10),
+             np.float32: dict(rtol=1e-6, atol=1e-7),
+             np.float64: dict(rtol=1e-12, atol=1e-14)}
 
-    initial, plain, dtypes = fit(False)
-    _, sharded, _ = fit(True)
-    assert dtypes == ["float16", "float32", "float64"], dtypes
-    assert np.abs(plain - initial).max() > 1e-3, "training did not move the weights"
-    # float16 arithmetic: the sum's order differs between a reducescatter and an allreduce.
-    np.testing.assert_allclose(sharded, plain, rtol=2e-3, atol=2e-3)
-    _assert_same_on_every_rank(sharded)
+
+def test_variables_of_several_dtypes_each_rank_holds_its_blocks(rank, size):
+    """float64, float16 and float32 variables: three buffers, each padded for its element
+    size (8, 32 and 16 elements to 64 bytes) and split over the ranks. Each rank's momentum
+    is its block of each buffer and no more (a fallback to unsharded state would hold whole
+    variables), and every variable equals plain SGD's on the averaged gradients within its
+    own dtype's rounding."""
+    shapes = {np.float64: [(6, 9), (9,)], np.float16: [(9, 11), (11,)],
+              np.float32: [(11, 1), (1,)]}
+
+    def variables():
+        rng = np.random.default_rng(4)
+        return [keras.Variable(rng.normal(scale=0.5, size=shape).astype(dtype), dtype=dtype,
+                               name=f"{dtype.__name__}_{i}")
+                for dtype, group in shapes.items() for i, shape in enumerate(group)]
+
+    def make():
+        return keras.optimizers.SGD(0.05, momentum=0.9)
+
+    mine = variables()
+    optimizer = tk.DistributedOptimizer(make(), shard_optimizer_state=True)
+    optimizer.build(mine)
+    got, _ = apply_steps(optimizer, mine, rank_gradients(mine, rank))
+    reference = variables()
+    plain = make()
+    plain.build(reference)
+    want, _ = apply_steps(plain, reference, mean_gradients(reference, size))
+    blocks = sorted((np.dtype(dtype).name, block_length(
+        padded_total([int(np.prod(s)) for s in group], np.dtype(dtype).itemsize), rank, size))
+        for dtype, group in shapes.items())
+    momentum = sorted((tf.as_dtype(v.dtype).name, int(np.prod(v.shape)))
+                      for v in optimizer.inner_optimizer.variables if len(v.shape) > 0)
+    assert momentum == blocks, (momentum, blocks)
+    assert all(len(v.shape) == 1 for v in optimizer.inner_optimizer.variables
+               if len(v.shape) > 0)
+    offsets = np.cumsum([0] + [int(np.prod(v.shape)) for v in mine])
+    for s, (g, w) in enumerate(zip(got, want)):
+        for j, v in enumerate(mine):
+            dtype = numpy_dtype(v).type
+            piece = slice(offsets[j], offsets[j + 1])
+            np.testing.assert_allclose(g[piece], w[piece], err_msg=f"{v.name}, step {s + 1}",
+                                       **TOLERANCE[dtype])
+    initial = _flat([v.numpy() for v in variables()])
+    assert np.abs(want[-1] - initial).max() > 1e-2, "the steps did not move the weights"
+    _assert_same_on_every_rank(np.concatenate(got))
