@@ -35,9 +35,9 @@ MPIRUN = [os.path.join(BIN, "mpirun"), "--oversubscribe"]
 # --durations: each stage's log lists its slowest tests, so that the suite's time is seen.
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q", "-rs",
           "--durations=15"]
-# The stages whose tests each start processes of their own (builds, example scripts) run two
-# tests at a time: much of each test is a process starting or waiting. Not the failure
-# scenarios: two at a time, a killed rank's job took past its test's minute to end.
+# The stages whose tests each start processes of their own (builds, example scripts, failure
+# scenarios) run two tests at a time: much of each test is a process starting or waiting.
+# The failure scenarios whose bounds are tight run alone after (marked serial).
 PYTEST_TWO_AT_A_TIME = PYTEST + ["-n", "2"]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
@@ -234,7 +234,10 @@ def main():
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_adasum.py"], 300, "[1,0]<stdout>",
                    OVERSUBSCRIBED_ENV))
-    stages.append(("failure", PYTEST + ["tests/failure"], 600))
+    # Two at a time, then alone the tests whose bounds are seconds from an event (a kill, a
+    # stop), which a second job's load could push past (tests/failure/conftest.py).
+    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial", "tests/failure"], 900))
+    stages.append(("failure serial", PYTEST + ["-m", "serial", "tests/failure"], 300))
     # Jobs of their own: init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring.
     stages.append(("jobs", PYTEST + ["tests/jobs"], 600))
     stages.append(("examples", PYTEST_TWO_AT_A_TIME + ["tests/examples"], 600))

@@ -4,12 +4,18 @@ is killed mid-training, and each survivor prints how it finished ("rank R: ..." 
 the test to read.
 """
 
+import atexit
 import os
 import signal
 import sys
 import time
 
 import numpy as np
+# scikit-learn is in the environment for the examples; Keras imports it for its wrappers
+# when it is there, which is a second of every worker's start on a 2-core machine. No
+# scenario uses it: kept out (an ImportError, which Keras takes as its absence).
+sys.modules["sklearn"] = None
+
 import tensorflow as tf
 
 import tfring
@@ -27,19 +33,35 @@ def batch_of(step, worker, rows=8):
     return x, x @ TRUE_W
 
 
+JOINED = 99  # initial_weights' identity for a worker started to grow the job
+
+
+def initial_weights(identity):
+    """The Dense(1) weights a worker starts with, its own (the state's first sync gives every
+    worker rank 0's): `identity` is the rank a first worker was started as, or JOINED.
+    Every worker can recompute any worker's, for numpy's replay."""
+    rng = np.random.default_rng(1000 + identity)
+    return [rng.normal(size=(4, 1)).astype(np.float32), rng.normal(size=(1,)).astype(np.float32)]
+
+
+def _gradients(w, b, step, worker):
+    x, y = batch_of(step, worker)
+    err = x @ w + b - y
+    return 2 * x.T @ err / err.size, 2 * err.sum(axis=0) / err.size
+
+
 def numpy_sgd(start, schedule):
     """Replays training in float64: `schedule` lists (workers, batch index, learning rate)
-    per step; each step averages the workers' mean-squared-error gradients, as tfring does."""
+    per step; each step averages the workers' mean-squared-error gradients, as tfring does.
+    A step may carry a fourth item, {worker: (w, b)}: workers that compute their gradient
+    at weights of their own (not yet synced from rank 0); the update is rank 0's."""
     w, b = start[0].astype(np.float64), start[1].astype(np.float64)
-    for workers, step, lr in schedule:
-        grads_w, grads_b = [], []
-        for worker in range(workers):
-            x, y = batch_of(step, worker)
-            err = x @ w + b - y
-            grads_w.append(2 * x.T @ err / err.size)
-            grads_b.append(2 * err.sum(axis=0) / err.size)
-        w -= lr * np.mean(grads_w, axis=0)
-        b -= lr * np.mean(grads_b, axis=0)
+    for workers, step, lr, *own in schedule:
+        at = {k: (v[0].astype(np.float64), v[1].astype(np.float64))
+              for k, v in (own[0] if own else {}).items()}
+        grads = [_gradients(*at.get(worker, (w, b)), step, worker) for worker in range(workers)]
+        w = w - lr * np.mean([g[0] for g in grads], axis=0)
+        b = b - lr * np.mean([g[1] for g in grads], axis=0)
     return w, b
 
 
@@ -140,6 +162,10 @@ def _custom_loop(kills, raises=False, dies_in_reset=None, stops=None):
         train(state)
     except RuntimeError:
         print(f"rank {me}: stopped at {time.time():.3f}", flush=True)
+        if os.environ.get("TFRING_TEST_EXIT_BARRIER"):
+            # Runs before the library's finalize at exit (atexit: the last registered first)
+            # and after Python has printed the error.
+            atexit.register(_exit_barrier, os.environ["TFRING_TEST_EXIT_BARRIER"], me)
         raise
     schedule = []
     first_kill = min(kills, default=None)
@@ -150,6 +176,20 @@ def _custom_loop(kills, raises=False, dies_in_reset=None, stops=None):
     report(state, [v.numpy() for v in model.trainable_variables], numpy_sgd(start, schedule),
            sizes_at_reset, me)
     tfring.shutdown()
+
+
+def _exit_barrier(spec, me):
+    """TFRING_TEST_EXIT_BARRIER=FOLDER,COUNT: this worker waits at exit, its error printed,
+    until COUNT workers have come this far. A worker that ends without MPI_Finalize (the
+    finalize deadline at 0 s) makes mpirun end the others at once: without the wait, one
+    still printing why it stopped could be cut off."""
+    folder, count = spec.rsplit(",", 1)
+    with open(os.path.join(folder, f"exiting.{me}"), "w"):
+        pass
+    deadline = time.monotonic() + 60
+    while (len([n for n in os.listdir(folder) if n.startswith("exiting.")]) < int(count)
+           and time.monotonic() < deadline):
+        time.sleep(0.02)
 
 
 def elastic_custom_loop():
@@ -253,20 +293,45 @@ def elastic_rank0_lost_uncommitted():
     tfring.shutdown()
 
 
-def _discovered_loop(event):
+def _offer(text):
+    """Rank 0 rewrites what the discovery script prints, then waits until tfringrun has read
+    it (its hosts file, which the commits read, shows the new hosts): the job then changes
+    at this batch's commit, as the scenario plans, whatever the discovery's pace."""
+    from tfring._elastic_members import HOSTS_FILE, read_hosts_file
+
+    _write_hosts(text)
+    wanted = [(host, int(slots)) for host, _, slots in (line.rpartition(":")
+                                                         for line in text.split())]
+    deadline = time.monotonic() + 60
+    while read_hosts_file(os.environ[HOSTS_FILE]) != wanted:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tfringrun's host discovery did not report {wanted} in 60 s")
+        time.sleep(0.02)
+    say(f"the discovery reports {wanted} at {time.time():.3f}")
+
+
+def _joined():
+    """Whether this worker was started by the job to grow it (MPI_Comm_spawn)."""
+    return "OMPI_PARENT_PORT" in os.environ
+
+
+def _discovered_loop(event, planned_size):
     """A custom loop under tfringrun --host-discovery-script "cat $TFRING_TEST_HOSTS" whose
     job changes size: `event(batch)` (run by every worker before each batch) may rewrite
-    that file or kill this worker. The reset callbacks scale the learning rate to the new
-    size; the state carries the schedule (workers and learning rate per batch, rolled back
-    with the rest), so that at the end every worker, joined ones too, checks its weights
-    against numpy's replay of the batches the job kept."""
+    that file (then waiting for the discovery to report it: _offer) or kill this worker.
+    `planned_size(batch)` is how many workers the scenario plans for each batch the job
+    keeps. The reset callbacks scale the learning rate to the new size. At the end every
+    worker, joined ones too, checks its weights against numpy's replay of that plan from
+    rank 0's initial weights, and the schedule the state carries (rolled back with the
+    rest) against it."""
     import keras
     from tfring import elastic
 
     base_lr = 0.02
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.set_weights(initial_weights(JOINED if _joined() else tfring.rank()))
     opt = keras.optimizers.SGD(base_lr * tfring.size())
-    state = elastic.TensorFlowKerasState(model, opt, batch=0, schedule=(), start=None)
+    state = elastic.TensorFlowKerasState(model, opt, batch=0, schedule=())
     sizes_at_reset = []
 
     def on_reset():
@@ -279,8 +344,6 @@ def _discovered_loop(event):
 
     @elastic.run
     def train(state):
-        if state.start is None:
-            state.start = [w.numpy().copy() for w in model.trainable_variables]
         while state.batch < 40:
             event(state.batch)
             x, y = batch_of(state.batch, tfring.rank())
@@ -289,14 +352,17 @@ def _discovered_loop(event):
             grads = tfring.DistributedGradientTape(tape).gradient(
                 loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
-            state.schedule += ((tfring.size(), state.batch, float(opt.learning_rate.numpy())),)
+            state.schedule += ((tfring.size(), state.batch,
+                                round(float(opt.learning_rate.numpy()) / base_lr, 4)),)
             state.batch += 1
-            time.sleep(0.1)  # a step's time, for the discovery (every second) to see a change
             state.commit()
 
     train(state)
+    plan = [(planned_size(step), step, base_lr * planned_size(step)) for step in range(40)]
+    kept = [(n, step, float(n)) for n, step, _ in plan]
+    say(f"the state's schedule is the plan's: {list(state.schedule) == kept}")
     report(state, [v.numpy() for v in model.trainable_variables],
-           numpy_sgd(state.start, state.schedule), sizes_at_reset, tfring.rank())
+           numpy_sgd(initial_weights(0), plan), sizes_at_reset, tfring.rank())
     tfring.shutdown()
 
 
@@ -306,11 +372,14 @@ def _write_hosts(text):
     say(f"wrote hosts {text.split()} at {time.time():.3f}")
 
 
+GROW_AT, SHRINK_AT = 3, 6
+
+
 def elastic_grows_then_shrinks():
-    """Started as 2 workers on 'localhost:2'; rank 0 offers a third slot at batch 3. At a
-    commit soon after, the job grows to 3 (the third worker is this script, spawned). Two
-    batches after that, rank 0 takes the slot back: at a commit soon after, the worker on it
-    leaves (its process ends) and the other 2 go on."""
+    """Started as 2 workers on 'localhost:2'; before batch GROW_AT rank 0 offers a third slot:
+    at that batch's commit the job grows to 3 (the third worker is this script, spawned).
+    Before batch SHRINK_AT rank 0 takes the slot back: at that batch's commit the worker on
+    it leaves (its process ends) and the other 2 go on."""
     grown_at = []
 
     def event(batch):
@@ -319,27 +388,26 @@ def elastic_grows_then_shrinks():
             say(f"local rank {tfring.local_rank()} of {tfring.local_size()}")
         if tfring.rank() != 0:
             return
-        if batch == 3 and tfring.size() == 2:
-            _write_hosts("localhost:3\n")
-        if grown_at and batch == grown_at[0] + 2 and tfring.size() == 3:
-            _write_hosts("localhost:2\n")
+        if batch == GROW_AT and tfring.size() == 2:
+            _offer("localhost:3\n")
+        if batch == SHRINK_AT and tfring.size() == 3:
+            _offer("localhost:2\n")
 
-    _discovered_loop(event)
+    _discovered_loop(event, lambda step: 3 if GROW_AT < step <= SHRINK_AT else 2)
 
 
 def elastic_replaced():
     """Started as 3 workers on 'localhost:3' with --min-np 3; at batch 8 rank 2 offers a new
     host ('127.0.0.1', this machine under another name) and dies. localhost is blacklisted
     for the loss, so the 2 left wait for the discovery to offer a worker elsewhere, start it
-    on 127.0.0.1 and go on as 3 from their last commit."""
+    on 127.0.0.1 and go on as 3 from their last commit (batch 8: nothing to do again)."""
     def event(batch):
-        if batch == 8 and tfring.rank() == 2 and tfring.size() == 3 and not joined:
+        if batch == 8 and tfring.rank() == 2 and tfring.size() == 3 and not _joined():
             _write_hosts("localhost:3\n127.0.0.1:1\n")
             say(f"killing myself at {time.time():.3f}")
             os.kill(os.getpid(), signal.SIGKILL)
 
-    joined = os.environ.get("OMPI_COMM_WORLD_SIZE") == "1"  # the replacement's own world
-    _discovered_loop(event)
+    _discovered_loop(event, lambda step: 3)
 
 
 def tf1_session():
@@ -394,40 +462,68 @@ def _fit(hvd, model, state, steps, epochs, callbacks):
               callbacks=callbacks, verbose=0)
 
 
+def _keras_fit_plan(as_is, base_lr):
+    """keras_fit's steps, as the scenario plans them: (the fit batches the state's schedule
+    must hold: (workers, batch, rate in base rates)), (every step the weights went through,
+    for numpy_sgd). Epochs of 6 batches, a commit after every 2nd batch and at each epoch's
+    end; 3 workers; one lost at batch 3 of epoch 1."""
+    batches, steps = [], []
+
+    def fit_batches(workers, count):
+        for batch in range(count):
+            batches.append((workers, batch, float(workers)))
+            steps.append((workers, batch, base_lr * workers))
+
+    if as_is:  # the step before the state, each first worker from its own initial weights
+        steps.append((3, 0, base_lr * 3, {r: initial_weights(r) for r in range(3)}))
+    fit_batches(3, 6)  # epoch 0
+    fit_batches(3, 2)  # epoch 1 to its commit after batch 1 (batch 2 is undone: the loss)
+    if as_is:  # the reset callback's step, as 2
+        steps.append((2, 0, base_lr * 2))
+    fit_batches(2, 2)  # epoch 1 again, as 2, to the commit at which the new worker joins
+    if as_is:  # the reset callback's step, paired with the new worker's step before its state
+        steps.append((3, 0, base_lr * 3, {2: initial_weights(JOINED)}))
+    for _ in range(3):  # epoch 1 again, as 3, then epochs 2 and 3
+        fit_batches(3, 6)
+    return batches, steps
+
+
 def keras_fit():
     """Horovod's Keras elastic example (tensorflow2_keras_mnist_elastic.py) with the import
     changed: KerasState, the three callbacks, a reset callback that scales the learning rate
     to the new size, @hvd.elastic.run around model.fit; under tfringrun with a discovery
     script that prints $TFRING_TEST_HOSTS ('localhost:3' at the start).
 
-    Rank 2 offers a host elsewhere ('127.0.0.1:1', this machine by another name) and dies
-    at batch 3 of epoch 1 (a commit every 2 batches): the survivors roll back to the commit
-    after batch 1, undoing batch 2, and go on as 2, with the learning rate for 2 (localhost,
-    which lost a worker, gets no new one). At a commit soon after, `fit` stops on both
+    Rank 2 dies at batch 3 of epoch 1 (a commit every 2 batches): the survivors roll back to
+    the commit after batch 1, undoing batch 2, and go on as 2, with the learning rate for 2
+    (localhost, which lost a worker, gets no new one: it is blacklisted). Keras runs whole
+    epochs: the interrupted one starts again at its first batch, from its last commit's
+    weights. After that epoch's batch 1, rank 0 offers a host elsewhere ('127.0.0.1:1', this
+    machine by another name): at the commit after it `fit` stops on both
     (HostsUpdatedInterrupt), a worker started on 127.0.0.1 joins with the state synced from
-    rank 0, and `fit` goes on as 3 from the committed epoch (Keras runs whole epochs: the
-    interrupted one starts again at its first batch, from its last commit's weights). The
-    state carries the schedule of the batches kept, for numpy's replay. Keras 3, or tf_keras
-    when the test sets TF_USE_LEGACY_KERAS=1."""
+    rank 0, and `fit` goes on as 3 from the committed epoch, which starts again. Every worker
+    checks its weights against numpy's replay of that plan (_keras_fit_plan), and the
+    schedule the state carries (rolled back with the rest) against the plan. Keras 3, or
+    tf_keras when the test sets TF_USE_LEGACY_KERAS=1."""
     import tfring.keras as hvd
 
     keras = tf.keras
     say("runs tf_keras" if keras.__name__.startswith("tf_keras") else "runs Keras 3")
-    joined = "OMPI_PARENT_PORT" in os.environ  # started by the job to grow it
+    joined = _joined()
     steps, epochs, base_lr = 6, 4, 0.02
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.set_weights(initial_weights(JOINED if joined else hvd.rank()))
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(base_lr * hvd.size())),
                   loss="mse")
     # As Horovod's example itself (TFRING_TEST_EXAMPLE_AS_IS): one step of fit before the
     # state is made (it makes the optimizer's variables) and one in the reset callback, in
-    # which the ranks already there meet a joining worker's first step. Those steps are not
-    # in the schedule, so numpy's replay no longer applies; the weights must still agree.
+    # which the ranks already there meet a joining worker's first step, taken from its own
+    # initial weights. numpy's replay has those steps too (_keras_fit_plan).
     as_is = os.environ.get("TFRING_TEST_EXAMPLE_AS_IS") == "1"
     first = batch_of(0, hvd.rank())
     if as_is:
         model.fit(*first, batch_size=8, steps_per_epoch=1, epochs=1, callbacks=None, verbose=0)
-    state = hvd.elastic.KerasState(model, batch=0, epoch=0, schedule=(),
-                                   start=[w.numpy() for w in model.trainable_variables])
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0, schedule=())
     sizes_at_reset = []
 
     def on_state_reset():
@@ -438,23 +534,26 @@ def keras_fit():
                       verbose=0)
 
     state.register_reset_callbacks([on_state_reset])
+    offered = []
 
     class KillAndSchedule(keras.callbacks.Callback):
-        """Before the commit: which batch ran on how many workers, at what rate."""
+        """The loss and the offer; before the commit: which batch ran on how many workers,
+        at what rate."""
 
         def on_epoch_begin(self, epoch, logs=None):
             self.current_epoch = epoch
 
         def on_train_batch_begin(self, batch, logs=None):
             if hvd.rank() == 2 and not joined and self.current_epoch == 1 and batch == 3:
-                _write_hosts("localhost:3\n127.0.0.1:1\n")
                 say(f"killing myself at {time.time():.3f}")
                 os.kill(os.getpid(), signal.SIGKILL)
 
         def on_train_batch_end(self, batch, logs=None):
             lr = float(keras.backend.get_value(model.optimizer.learning_rate))
-            state.schedule += ((hvd.size(), batch, lr),)
-            time.sleep(0.1)  # a step's time, for the discovery to see the change
+            state.schedule += ((hvd.size(), batch, round(lr / base_lr, 4)),)
+            if hvd.size() == 2 and hvd.rank() == 0 and batch == 1 and not offered:
+                offered.append(batch)
+                _offer("localhost:3\n127.0.0.1:1\n")  # before this batch's commit
 
     commit = hvd.elastic.CommitStateCallback(state, batches_per_commit=2)
     callbacks = [KillAndSchedule(), commit,
@@ -464,10 +563,12 @@ def keras_fit():
         callbacks = callbacks[:1] + callbacks[:0:-1]
 
     hvd.elastic.run(lambda state: _fit(hvd, model, state, steps, epochs, callbacks))(state)
-    scaled = sorted({(n, round(lr / base_lr, 6)) for n, _, lr in state.schedule})
+    scaled = sorted({(n, rate) for n, _, rate in state.schedule})
     say(f"learning rate per job size, in base rates: {scaled}")
+    batches, plan = _keras_fit_plan(as_is, base_lr)
+    say(f"the state's schedule is the plan's: {list(state.schedule) == batches}")
     report(state, [v.numpy() for v in model.trainable_variables],
-           numpy_sgd(state.start, state.schedule), sizes_at_reset, hvd.rank())
+           numpy_sgd(initial_weights(0), plan), sizes_at_reset, hvd.rank())
     hvd.shutdown()
 
 

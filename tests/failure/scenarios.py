@@ -6,7 +6,13 @@ Each rank prints "rank R: ..." lines that the test reads; exit codes are asserte
 import os
 import signal
 import sys
+import threading
 import time
+
+# scikit-learn is in the environment for the examples; Keras imports it for its wrappers
+# when it is there, which is a second of every worker's start on a 2-core machine. No
+# scenario uses it: kept out (an ImportError, which Keras takes as its absence).
+sys.modules["sklearn"] = None
 
 import tensorflow as tf
 
@@ -27,19 +33,92 @@ def mismatch():
     say(f"after {tfring.allreduce(tf.constant([1.0]), op=tfring.Sum, name='after').numpy()[0]}")
 
 
+def _watch_own_stderr(text):
+    """Sends this process's fd 2 (where the library logs) through a pipe that a thread copies
+    back to it, watching for `text`. Returns (seen, done): an Event set once `text` has
+    passed, and a function that puts fd 2 back and waits for the copy to finish."""
+    original = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    seen = threading.Event()
+
+    def copy():
+        tail = b""
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                return
+            os.write(original, chunk)
+            tail = (tail + chunk)[-4096:]
+            if text.encode() in tail:
+                seen.set()
+
+    copier = threading.Thread(target=copy, daemon=True)
+    copier.start()
+
+    def done():
+        sys.stderr.flush()
+        os.dup2(original, 2)  # the pipe's last write end closes: the copier reads to its end
+        copier.join(timeout=10)
+
+    return seen, done
+
+
+def _wait_for_file(path, timeout=60):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.02)
+
+
 def killed_rank(late=False):
+    """Rank 1 dies (SIGKILL) after a warm-up; rank 0's allreduce 'never_completes' must fail,
+    naming the dead rank and the tensor. Which of tfring's two paths runs is fixed, not left
+    to timing, and said:
+    - pending (late=False): rank 1 dies only once rank 0's op is pending in tfring's
+      negotiation, as the library itself reports it (the stall warning naming the op as
+      submitted by rank 0 and missing on rank 1, TFRING_STALL_CHECK_TIME_SECONDS=1 set by
+      the test); rank 0 then tells rank 1 through a file ($TFRING_TEST_FLAG_DIR).
+    - late (late=True): rank 0 first waits until tfring has stopped (a probe op of its own
+      fails: every op pending or submitted then fails with the same status, and tfring
+      closes its intake before it fails any), then submits 'never_completes'."""
+    flag = os.path.join(os.environ["TFRING_TEST_FLAG_DIR"], "pending")
+    if not late and tfring.rank() == 0:
+        seen, stderr_done = _watch_own_stderr(
+            "'never_completes' (submitted by ranks [0], missing on ranks [1]")
+
+        def tell_rank_1():
+            seen.wait()
+            with open(flag, "w"):
+                pass
+
+        threading.Thread(target=tell_rank_1, daemon=True).start()
     tfring.allreduce(tf.constant([1.0]), name="warmup")
     if tfring.rank() == 1:
+        if not late:
+            _wait_for_file(flag)
         say(f"killing myself at {time.time():.3f}")
         os.kill(os.getpid(), signal.SIGKILL)
     if late:
-        time.sleep(2)  # tfring's own cycle finds the dead peer before the op is submitted
+        try:
+            tfring.allreduce(tf.constant([1.0]), name="probe")
+            say("probe: no error")
+        except tf.errors.OpError as e:
+            say(f"path: tfring had stopped before 'never_completes' was submitted (the probe "
+                f"failed: {type(e).__name__})")
     start = time.time()
     try:
         tfring.allreduce(tf.constant([1.0]), name="never_completes")
         say("no error")
     except tf.errors.OpError as e:
+        if not late:
+            say(f"path: 'never_completes' was pending when the failure was found (the "
+                f"library's stall warning named it: {seen.is_set()})")
         say(f"caught after {time.time() - start:.1f} s: {e.message}")
+        if not late:
+            stderr_done()
         sys.exit(3)
 
 
@@ -49,7 +128,9 @@ def killed_rank_then_late_op():
 
 def never_submits():
     # TFRING_STALL_SHUTDOWN_TIME_SECONDS is set by the test: rank 0 waits for 'lonely',
-    # which rank 1 never submits; every rank's pending ops then fail with the same words.
+    # which rank 1 never submits; every rank's pending ops then fail with the same words,
+    # and so do later ones. Rank 1's 'probe' (pending, stalled too) tells it that tfring has
+    # stopped; only then does it submit 'later' (no sleep to outlast the shutdown time).
     if tfring.rank() == 0:
         try:
             tfring.allreduce(tf.constant([1.0]), name="lonely")
@@ -58,7 +139,11 @@ def never_submits():
             say(f"caught {e.message}")
     else:
         try:
-            time.sleep(8)
+            tfring.allreduce(tf.constant([1.0]), name="probe")
+            say("probe: no error")
+        except tf.errors.AbortedError as e:
+            say(f"probe caught {e.message}")
+        try:
             tfring.allreduce(tf.constant([1.0]), name="later")
             say("no error")
         except tf.errors.AbortedError as e:
@@ -135,4 +220,5 @@ def reinit_after_killed_rank():
 
 if __name__ == "__main__":
     tfring.init()
+    say(f"started at {time.time():.3f}")  # the job's own start, for the tests' time bounds
     globals()[sys.argv[1]]()
