@@ -14,6 +14,7 @@ import tensorflow as tf
 import tfring
 
 tfring.init()
+tfring.pin_gpu()  # one GPU per process, where there are GPUs (as Horovod's examples pin)
 rank, size = tfring.rank(), tfring.size()
 wrong = 0
 

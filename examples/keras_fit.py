@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 import tfring.keras as hvd  # noqa: E402  (was: import horovod.tensorflow.keras as hvd)
 import _digits  # noqa: E402
@@ -41,6 +42,13 @@ def main():
     args = parser.parse_args()
 
     hvd.init()
+    # One GPU per process, as in Horovod's examples: without this every rank of a host
+    # would use GPU 0, which NCCL refuses (tfring.pin_gpu() does the same in one call).
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     x_train, y_train, x_test, y_test = _digits.load(hvd.rank(), hvd.size())
     keras.utils.set_random_seed(1234 + hvd.rank())  # different on purpose: the broadcast fixes it
 

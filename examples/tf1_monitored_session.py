@@ -59,8 +59,14 @@ def main():
     # Only rank 0 writes checkpoints, so ranks do not overwrite each other's.
     checkpoint_dir = args.checkpoint_dir if tfring.rank() == 0 else None
     rng = np.random.default_rng(tfring.rank())
+    # One GPU per process, as in Horovod's TF1 examples: the session sees only the GPU at
+    # this rank's local rank, and grows its memory (NCCL needs room beside TensorFlow).
+    config = v1.ConfigProto()
+    config.gpu_options.allow_growth = True
+    if tf.config.list_physical_devices("GPU"):
+        config.gpu_options.visible_device_list = str(tfring.local_rank())
     with v1.train.MonitoredTrainingSession(checkpoint_dir=checkpoint_dir, hooks=hooks,
-                                           log_step_count_steps=None) as sess:
+                                           config=config, log_step_count_steps=None) as sess:
         while not sess.should_stop():
             idx = rng.integers(0, len(x_train), args.batch_size)
             _, step = sess.run([train_op, global_step],

@@ -25,6 +25,9 @@ def main():
     args = parser.parse_args()
 
     tfring.init()
+    # One GPU per process (the one at this rank's local rank, memory growth on), as
+    # Horovod's examples do by hand; nothing where there is no GPU.
+    tfring.pin_gpu()
     x_train, y_train, x_test, y_test = _digits.load(tfring.rank(), tfring.size())
     tf.random.set_seed(1234 + tfring.rank())  # different on purpose: the broadcast fixes it
 

@@ -8,7 +8,7 @@ under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 (the sharded ones and the accumulation counts at 3 ranks too), the
 Adasum tests at 4 ranks, failure scenarios, jobs with init(comm=...) and mpi4py, the
 examples (each run under mpirun as a user would), a job across two hosts made on this machine
-(tests/multihost).
+(tests/multihost); where nvidia-smi lists GPUs, TensorFlow's GPU tests at one GPU per rank.
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
@@ -230,6 +230,15 @@ def main():
                                                  "tests/parallel/test_tf_keras_legacy_sharded.py"],
                    400,
                    "[1,0]<stdout>", dict(OVERSUBSCRIBED_ENV, TF_USE_LEGACY_KERAS="1")))
+    # TensorFlow's GPU kernels, where nvidia-smi lists GPUs: one GPU per rank, pinned by
+    # tests/parallel/conftest.py (the other parallel stages hide the GPUs). Not added
+    # elsewhere: there it could only skip.
+    gpus = visible_gpus()
+    if gpus:
+        n = str(min(2, gpus))
+        stages.append((f"parallel gpu np={n}", MPIRUN + ["-np", n, "--tag-output"] + PYTEST +
+                       ["-x", "tests/parallel/test_gpu.py"], 600, "[1,0]<stdout>",
+                       dict(PARALLEL_ENV, TFRING_TEST_GPU="1"), True))
     # Adasum's tree has a second level only from 4 ranks on.
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_adasum.py"], 300, "[1,0]<stdout>",

@@ -38,6 +38,7 @@ from tfring.compression import Compression  # noqa: E402
 from tfring.functions import (  # noqa: E402
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from tfring.gradient_aggregation import LocalGradientAggregationHelper  # noqa: E402
+from tfring.gpu_pinning import pin_gpu  # noqa: E402
 from tfring.gradient_tape import (  # noqa: E402
     DistributedGradientTape, PartialDistributedGradientTape)
 from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
@@ -58,7 +59,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "init", "shutdown", "is_initialized", "pin_gpu", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_version",
     "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
     "gloo_enabled", "ccl_built", "ddl_built", "rocm_built", "sycl_built",

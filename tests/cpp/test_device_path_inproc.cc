@@ -3,6 +3,8 @@
 // treat as a device's: wait for the producer's event, copy to the host, run the host
 // collective, copy back. The NCCL executor itself needs a GPU: test_nccl_runtime.cc.
 #include <chrono>
+#include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -256,6 +258,51 @@ TFRING_TEST(DevicePath, AlltoallStaged) {
       EXPECT_TRUE(*out == want) << "rank " << rank;
     });
   }
+}
+
+// This rank runs out of data (tfring.join); the future completes once every rank has.
+std::future<Status> Join(Coordinator* c, int32_t* last_joined) {
+  auto done = std::make_shared<std::promise<Status>>();
+  Entry e;
+  e.request.key.name = "tfring.join";
+  e.request.kind = CollectiveKind::kJoin;
+  e.request.dtype = DataType::kInt32;
+  e.request.cacheable = false;
+  e.output = last_joined;
+  e.done = [done](const Status& s) { done->set_value(s); };
+  c->Enqueue(std::move(e));
+  return done->get_future();
+}
+
+// join() covers host tensors only: a GPU tensor that the others submit while a rank has
+// joined fails on each of them with words that say what to do, and a host tensor still runs.
+TFRING_TEST(DevicePath, GpuTensorWhileARankHasJoinedSaysWhatToDo) {
+  FakeDeviceMemory::Counters counters;
+  InprocJob job(3, TestOptions(), &counters);
+  job.OnEveryRank([&](int rank) {
+    Coordinator* c = job.rank(rank);
+    int32_t last = -1;
+    if (rank != 2) {
+      OpPtr gpu = SubmitAllreduce(c, "grads.on.gpu", DataType::kFloat32, {4},
+                                  TestValues(DataType::kFloat32, rank, 4), ReduceOp::kSum,
+                                  kOnGpu0);
+      ExpectFailure(gpu, StatusCode::kFailedPrecondition, "'grads.on.gpu' is in GPU memory");
+      ExpectFailure(gpu, StatusCode::kFailedPrecondition, "steps_per_epoch");
+      OpPtr host = SubmitAllreduce(c, "on.host", DataType::kFloat32, {4},
+                                   TestValues(DataType::kFloat32, rank, 4, 1), ReduceOp::kSum);
+      std::vector<double> want(4, 0.0);
+      for (int r : {0, 1}) {
+        const std::vector<double> v = TestValues(DataType::kFloat32, r, 4, 1);
+        for (int i = 0; i < 4; ++i) want[i] += v[i];  // the joined rank adds zeros
+      }
+      ASSERT_TRUE(WaitFor(host).ok());
+      std::string why;
+      EXPECT_TRUE(AllClose(DataType::kFloat32, host->Result(), want, &why)) << why;
+    }
+    std::future<Status> joined = Join(c, &last);  // rank 2 at once, the others after
+    ASSERT_TRUE(joined.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    EXPECT_TRUE(joined.get().ok());
+  });
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 //
 // A single GPU (np 1) still runs every code path: fusion, scaling, uneven allgather, the
 // hierarchical allreduce, errors. Each input is written on a "producer" stream, as
-// TensorFlow's kernels would write it, and handed over with an event, so the tests also check
-// that the executor waits for producers. Without a usable GPU every test is skipped, with
+// TensorFlow's kernels would write it, and handed over with an event (nccl_test_ops.h), so
+// the tests also check that the executor waits for producers. Alltoall, process sets,
+// integer wrap and the failures of the set-up are in test_nccl_global_runtime.cc. Without a usable GPU every test is skipped, with
 // the reason (CI has no GPU; the suite reports the skip).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -20,10 +21,10 @@
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/gpu_ranks.h"
 #include "tests/cpp/nccl_job.h"
+#include "tests/cpp/nccl_test_ops.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/batched_copy.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
-#include "tfring/kernels/backends/cuda/producer_stream.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/logging.h"
 
@@ -103,76 +104,12 @@ TFRING_TEST_ENVIRONMENT(NcclEnvironment);
 int Rank() { return g_layout.rank; }
 int Size() { return g_layout.size; }
 
-struct GpuRequest {
-  CollectiveKind kind = CollectiveKind::kAllreduce;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  double prescale = 1.0, postscale = 1.0;
-};
-
-void* DeviceAlloc(int64_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) {
-    Die(Status::Internal("cudaMalloc of " + std::to_string(bytes) + " bytes failed"));
-  }
-  return p;
-}
-
-// Submits one collective on device buffers. The input is written on the producer stream
-// and handed over with an event; when the op is done, its device output is copied into
-// op->output, so the helpers of collective_util.h check it like a host op's.
+// Submits one collective on device buffers to `c` (nccl_test_ops.h).
 OpPtr SubmitOnGpu(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                   const std::vector<double>& values, GpuRequest how) {
-  auto op = std::make_shared<Op>();
-  op->name = name;
-  op->dtype = dtype;
-  op->input = Encode(dtype, values);
-  op->output_shape = shape;
-  const int64_t bytes = static_cast<int64_t>(op->input.size());
-  void* in = DeviceAlloc(bytes);
-  cudaMemcpyAsync(in, op->input.data(), bytes, cudaMemcpyHostToDevice, g_producer);
-  int64_t out_bytes = bytes;
-  if (how.kind == CollectiveKind::kReducescatter) {
-    const int64_t rows = ReducescatterRows(shape[0], Size())[Rank()];
-    op->output_shape[0] = rows;
-    out_bytes = shape[0] == 0 ? 0 : bytes / shape[0] * rows;
-  }
-  auto out = std::make_shared<void*>(how.kind == CollectiveKind::kAllgather ? nullptr
-                                                                           : DeviceAlloc(out_bytes));
-  Entry e;
-  e.request.key.name = name;
-  e.request.kind = how.kind;
-  e.request.dtype = dtype;
-  e.request.shape = shape;
-  e.request.reduce_op = how.op;
-  e.request.root_rank = how.root;
-  e.request.prescale_factor = how.prescale;
-  e.request.postscale_factor = how.postscale;
-  e.input = in;
-  e.output = *out;
-  Op* raw = op.get();
-  e.allocate_output = [raw, dtype, out](const Shape& s, void** buffer) {
-    raw->output_shape = s;
-    *out = DeviceAlloc(NumElements(s) * DataTypeSize(dtype));
-    *buffer = *out;
-    return Status::OK();
-  };
-  e.done = [op, in, out](const Status& s) {
-    if (s.ok()) {
-      op->output.resize(NumElements(op->output_shape) * DataTypeSize(op->dtype));
-      cudaMemcpy(op->output.data(), *out, op->output.size(), cudaMemcpyDeviceToHost);
-    }
-    cudaFree(in);
-    if (*out) cudaFree(*out);
-    op->promise.set_value(s);
-  };
-  // As the TensorFlow and XLA adapters do: an event after the producer's work.
-  std::vector<Entry> one;
-  one.push_back(std::move(e));
-  const Status tied = TieToProducerStream(g_producer, g_device, &one);
-  if (!tied.ok()) Die(tied);
-  c->Enqueue(std::move(one[0]));
-  return op;
+  return SubmitOnGpu([c](Entry e) { c->Enqueue(std::move(e)); },
+                     GpuPlace{g_device, g_producer, Rank(), Size()}, name, dtype, shape, values,
+                     how);
 }
 
 void AllreduceEveryDtypeAndOpOn(Coordinator* c) {

@@ -56,6 +56,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "size_dependent: its outcome depends on the number of "
                                        "ranks; the suite runs it at 3 ranks too")
     tfring.init()
+    # With GPU TensorFlow, every rank would put its tensors on GPU:0 of its host, and the
+    # first GPU collective would fail (NCCL takes one GPU per rank). The suite's tests are
+    # about the host path unless GPU tests are asked for (TFRING_TEST_GPU=1: the suite sets
+    # it where nvidia-smi lists GPUs, for tests/parallel/test_gpu.py); then each rank sees
+    # only its own GPU, as a user's script pins it.
+    if os.environ.get("TFRING_TEST_GPU") == "1":
+        tfring.pin_gpu()
+    else:
+        tf.config.set_visible_devices([], "GPU")
 
 
 def _is_xla_case(item):

@@ -15,6 +15,7 @@ from tfring._horovod_util import is_version_greater_equal_than  # noqa: F401
 from tfring._init import init  # noqa: F401
 from tfring.collectives import Average, Max, Min, Product, Sum  # noqa: F401
 from tfring.compression import Compression  # noqa: F401
+from tfring.gpu_pinning import pin_gpu  # noqa: F401
 from tfring.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
 from tfring.runtime import (  # noqa: F401
@@ -28,7 +29,7 @@ from tfring.keras.optimizer import (  # noqa: F401
     PartialDistributedOptimizer, broadcast_global_variables, load_model)
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "init", "shutdown", "is_initialized", "pin_gpu", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built",
     "gloo_built", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built", "sycl_built",
     "mpi_threads_supported", "start_timeline", "stop_timeline",

@@ -358,7 +358,10 @@ std::string JoinedProblem(const Response& r) {
   }
   if (r.on_device) {
     return "tensor '" + r.name + "' is in GPU memory and " + who +
-           "; join() supports host (CPU) tensors only in this version";
+           "; join() covers host (CPU) tensors only in this version. On GPUs, give every rank "
+           "the same number of steps (repeat or cut each rank's data to a common number of "
+           "batches, e.g. fit's steps_per_epoch), or make the collectives that may run after "
+           "a rank has joined on CPU tensors (tf.device('/CPU:0'))";
   }
   return "";
 }

@@ -369,110 +369,43 @@ class AlltoallOp : public AsyncOpKernel {
   const ProcessSetAttr set_;
 };
 
-// Completes once every rank has submitted a barrier of the same name.
-class BarrierOp : public AsyncOpKernel {
- public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c), name_(c), set_(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("cacheable", &cacheable_));
-    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
-  }
-
-  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    GlobalRuntime::Running runtime;
-    if (!AcquireRuntime(ctx, name_.Display(), &runtime)) return done();
-    OP_REQUIRES_OK_ASYNC(ctx, set_.Current(name_.Display()), done);
-    Entry e;
-    e.request.key = name_.Key(0, 1, set_);
-    e.request.kind = CollectiveKind::kBarrier;
-    e.request.dtype = DataType::kUInt8;
-    e.request.cacheable = cacheable_;
-    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, /*bytes=*/0, name_,
-                                &runtime);
-  }
-
- private:
-  const OpName name_;
-  bool cacheable_;
-  bool eager_;
-  const ProcessSetAttr set_;
-};
-
-// This rank has run out of data (tfring.join): the runtime keeps running the other ranks'
-// collectives with it until every rank has joined, then outputs the last rank to join.
-class JoinOp : public AsyncOpKernel {
- public:
-  explicit JoinOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
-  }
-
-  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    GlobalRuntime::Running runtime;
-    if (!GlobalRuntime::Get().Acquire(&runtime)) {
-      TFRING_FAIL_ASYNC(ctx, ToTfStatus(NotInitialized("join()")), done);
-    }
-    Tensor* output = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output),
-                         done);
-    Entry e;
-    static const SharedName* const kJoin = new SharedName("tfring.join");
-    e.request.key.name = *kJoin;
-    e.request.kind = CollectiveKind::kJoin;
-    e.request.dtype = DataType::kInt32;
-    e.request.cacheable = false;
-    e.output = output->data();
-    // Waits for the slowest rank: never inline on the caller's thread.
-    SubmitOne</*kOnGpu=*/false>(ctx, std::move(done), std::move(e), eager_, INT64_MAX,
-                                OpName("tfring.join"), &runtime);
-  }
-
- private:
-  bool eager_;
-};
-
-template <int ProcessLayout::*Field>
-class LayoutOp : public tensorflow::OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    GlobalRuntime::Running runtime;
-    OP_REQUIRES(ctx, GlobalRuntime::Get().Acquire(&runtime),
-                ToTfStatus(NotInitialized("running " + name())));
-    Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &output));
-    output->scalar<int32_t>()() = runtime.layout.*Field;
-  }
-};
-
 using tensorflow::DEVICE_CPU;
 REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_CPU), AllreduceOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_CPU), AllgatherOp<false>);
-REGISTER_KERNEL_BUILDER(Name("TfringBarrier").Device(DEVICE_CPU), BarrierOp);
-REGISTER_KERNEL_BUILDER(Name("TfringJoin").Device(DEVICE_CPU), JoinOp);
 REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_CPU), ReducescatterOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringAlltoall").Device(DEVICE_CPU), AlltoallOp<false>);
 REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_CPU), BroadcastOp<false>);
 #if TFRING_WITH_NCCL
 // Builds without NCCL register no GPU kernels: TensorFlow then runs these ops on the CPU
-// and copies GPU tensors to the host and back around them.
+// and copies GPU tensors to the host and back around them. The data ops' GPU kernels take
+// only the dtypes NCCL has (no 16-bit integers): TensorFlow places int16/uint16 tensors'
+// ops on the CPU kernel instead of picking a GPU kernel that would refuse them.
 using tensorflow::DEVICE_GPU;
-REGISTER_KERNEL_BUILDER(Name("TfringAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
-REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllreduce").Device(DEVICE_GPU), AllreduceOp<true>);
-REGISTER_KERNEL_BUILDER(Name("TfringAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
-REGISTER_KERNEL_BUILDER(Name("TfringGroupedAllgather").Device(DEVICE_GPU), AllgatherOp<true>);
-REGISTER_KERNEL_BUILDER(Name("TfringReducescatter").Device(DEVICE_GPU), ReducescatterOp<true>);
-REGISTER_KERNEL_BUILDER(
-    Name("TfringAlltoall").Device(DEVICE_GPU).HostMemory("splits").HostMemory("received_splits"),
-    AlltoallOp<true>);
-REGISTER_KERNEL_BUILDER(Name("TfringBroadcast").Device(DEVICE_GPU), BroadcastOp<true>);
+#define TFRING_GPU_DATA_KERNEL(op, types, ...) \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(DEVICE_GPU).TypeConstraint("T", types), __VA_ARGS__)
+const std::vector<tensorflow::DataType> kNcclReducible = {
+    tensorflow::DT_UINT8, tensorflow::DT_INT8,     tensorflow::DT_INT32, tensorflow::DT_INT64,
+    tensorflow::DT_HALF,  tensorflow::DT_BFLOAT16, tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE};
+const std::vector<tensorflow::DataType> kNcclAll = {
+    tensorflow::DT_UINT8, tensorflow::DT_INT8,     tensorflow::DT_INT32, tensorflow::DT_INT64,
+    tensorflow::DT_HALF,  tensorflow::DT_BFLOAT16, tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE,
+    tensorflow::DT_BOOL};
+TFRING_GPU_DATA_KERNEL("TfringAllreduce", kNcclReducible, AllreduceOp<true>);
+TFRING_GPU_DATA_KERNEL("TfringGroupedAllreduce", kNcclReducible, AllreduceOp<true>);
+TFRING_GPU_DATA_KERNEL("TfringAllgather", kNcclAll, AllgatherOp<true>);
+TFRING_GPU_DATA_KERNEL("TfringGroupedAllgather", kNcclAll, AllgatherOp<true>);
+TFRING_GPU_DATA_KERNEL("TfringReducescatter", kNcclReducible, ReducescatterOp<true>);
+REGISTER_KERNEL_BUILDER(Name("TfringAlltoall")
+                            .Device(DEVICE_GPU)
+                            .TypeConstraint("T", kNcclAll)
+                            .HostMemory("splits")
+                            .HostMemory("received_splits"),
+                        AlltoallOp<true>);
+TFRING_GPU_DATA_KERNEL("TfringBroadcast", kNcclAll, BroadcastOp<true>);
+#undef TFRING_GPU_DATA_KERNEL
 #endif
-REGISTER_KERNEL_BUILDER(Name("TfringSize").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::size>);
-REGISTER_KERNEL_BUILDER(Name("TfringRank").Device(DEVICE_CPU), LayoutOp<&ProcessLayout::rank>);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalSize").Device(DEVICE_CPU),
-                        LayoutOp<&ProcessLayout::local_size>);
-REGISTER_KERNEL_BUILDER(Name("TfringLocalRank").Device(DEVICE_CPU),
-                        LayoutOp<&ProcessLayout::local_rank>);
 
 }  // namespace
 }  // namespace tfring

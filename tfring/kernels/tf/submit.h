@@ -47,7 +47,8 @@ inline bool AcquireRuntime(OpKernelContext* ctx, const std::string& name,
 // once, where the user calls it (tfring/_op_support.py, check_dtype), and declared to
 // TensorFlow by the op's registration (ops.cc), so the conversion cannot fail here unless
 // the two disagree: an internal error. What is checked here depends on where the tensor
-// lives, which only the kernel knows: NCCL has no 16-bit integers.
+// lives, which only the kernel knows: NCCL has no 16-bit integers (the GPU kernels' type
+// constraint, kernels.cc, already sends such tensors to the CPU kernel; this is its guard).
 template <bool kOnGpu>
 bool CheckDtype(OpKernelContext* ctx, const std::string& name, const Tensor& t,
                 DataType* dtype) {

@@ -190,7 +190,7 @@ Status NcclExecutor::UnpackOutputs(const std::vector<Entry*>& group, const Packe
   return copier_.Copy(copies, stream_);
 }
 
-Status NcclExecutor::Allreduce(const std::vector<Entry*>& group, const Response& r) {
+Status NcclExecutor::RunAllreduce(const std::vector<Entry*>& group, const Response& r) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
   const size_t esize = DataTypeSize(r.dtype);
@@ -247,8 +247,8 @@ Status NcclExecutor::GatherV(const void* in, void* out,
   return Launched(end, "ncclGroupEnd", {&world_});
 }
 
-Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
-                               const std::vector<const Response*>& rs) {
+Status NcclExecutor::RunAllgather(const std::vector<Entry*>& group,
+                                  const std::vector<const Response*>& rs) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
   for (size_t i = 0; i < group.size(); ++i) {
@@ -257,6 +257,7 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
     // The framework may hand out memory that work still queued on its stream was using.
     TFRING_RETURN_IF_ERROR(WaitForProducerStream(e));
   }
+  TFRING_RETURN_IF_ERROR(MarkInputsReady());
   const GatherLayout layout = PlanGather(group, rs, layout_.rank, layout_.size);
   const std::string what = "NCCL allgather of '" + rs[0]->name + "'" +
                            (group.size() > 1 ? " and " + std::to_string(group.size() - 1) +
@@ -286,7 +287,7 @@ Status NcclExecutor::Allgather(const std::vector<Entry*>& group,
   return Complete(what);
 }
 
-Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
+Status NcclExecutor::RunBroadcast(const std::vector<Entry*>& group, const Response& r) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
   const bool is_root = layout_.rank == r.root_rank;
@@ -318,7 +319,7 @@ Status NcclExecutor::Broadcast(const std::vector<Entry*>& group, const Response&
                   r.name + "'");
 }
 
-Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Response& r) {
+Status NcclExecutor::RunReducescatter(const std::vector<Entry*>& group, const Response& r) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
   const size_t esize = DataTypeSize(r.dtype);
@@ -380,7 +381,7 @@ Status NcclExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
   return Status::OK();
 }
 
-Status NcclExecutor::Alltoall(const std::vector<Entry*>& group, const Response& r) {
+Status NcclExecutor::RunAlltoall(const std::vector<Entry*>& group, const Response& r) {
   TFRING_RETURN_IF_ERROR(EnsureReady(group));
   TFRING_RETURN_IF_ERROR(WaitInputs(group));
   for (Entry* e : group) {
@@ -388,6 +389,7 @@ Status NcclExecutor::Alltoall(const std::vector<Entry*>& group, const Response& 
     TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
     TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
     TFRING_RETURN_IF_ERROR(WaitForProducerStream(*e));
+    TFRING_RETURN_IF_ERROR(MarkInputsReady());
     if (recording()) Phase({e}, "NCCL_ALLTOALL", Timeline::GroupArgs({e}, TensorBytes(e->request)));
     // One send and one receive per peer, in one NCCL group.
     const ncclResult_t start = ncclGroupStart();

@@ -11,18 +11,24 @@
 // first announces it (core/failure_notice.h) before it aborts, and every rank polls for
 // announcements while it waits, so its peers fail the same op within milliseconds with the
 // failing rank's reason instead of waiting out the timeout; host collectives and the control
-// plane go on. The timeout counts
-// from when the call was queued, so it includes waiting for the producers' kernels; the
-// hierarchical allreduce's MPI step across hosts is a blocking MPI call, as host tensors'
-// collectives are.
+// plane go on. Every error of a call, once the ranks have agreed to run its group, takes
+// that one way (Funnel): an allocation, a CUDA call, a device mismatch fails the group on
+// every rank at once, never only here while the peers wait in NCCL. The timeout counts from
+// when the group's inputs are ready (this rank's own backlog of GPU work does not count):
+// it measures the wait on the peers, a peer that died, stopped, or is itself still busy
+// with earlier GPU work for that long. The hierarchical allreduce's MPI step across hosts
+// is a blocking MPI call, as host tensors' collectives are.
 //
 // Memory: the fusion buffers are cudaMalloc'ed (as NCCL's own buffers are), outside
 // TensorFlow's allocator; TensorFlow must be left room (memory growth, as with Horovod).
 //
 // Communicators are created on the first GPU tensor, once: one over all ranks, and with
-// TFRING_HIERARCHICAL_ALLREDUCE=1 one over this host's ranks. Rank 0 (the host's first rank)
-// makes the unique id, and the id travels through MPI. Non-blocking NCCL communicators, so
-// that initialization too can time out.
+// TFRING_HIERARCHICAL_ALLREDUCE=1 one over this host's ranks. First every rank says over MPI
+// whether it could set its GPU up and which GPU it is (host and PCI bus id): a rank that
+// could not, or two ranks on one GPU (NCCL refuses them), fail every rank with one message
+// that names the ranks. Rank 0 (the host's first rank) makes the unique id, and the id
+// travels through MPI with rank 0's status, so a failure there fails every rank too.
+// Non-blocking NCCL communicators, so that initialization too can time out.
 //
 // Allreduce: Average and the scale factors of floating-point tensors are folded into the
 // reduction (NCCL's PreMulSum op, one factor pre*post/size), so the common case is one NCCL
@@ -64,12 +70,22 @@ class NcclExecutor : public GroupExecutor {
   ~NcclExecutor() override;
 
   const char* name() const override { return "NCCL"; }
-  Status Allreduce(const std::vector<Entry*>& group, const Response& r) override;
+  Status Allreduce(const std::vector<Entry*>& group, const Response& r) override {
+    return Funnel(RunAllreduce(group, r));
+  }
   Status Allgather(const std::vector<Entry*>& group,
-                   const std::vector<const Response*>& rs) override;
-  Status Broadcast(const std::vector<Entry*>& group, const Response& r) override;
-  Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override;
-  Status Alltoall(const std::vector<Entry*>& group, const Response& r) override;
+                   const std::vector<const Response*>& rs) override {
+    return Funnel(RunAllgather(group, rs));
+  }
+  Status Broadcast(const std::vector<Entry*>& group, const Response& r) override {
+    return Funnel(RunBroadcast(group, r));
+  }
+  Status Reducescatter(const std::vector<Entry*>& group, const Response& r) override {
+    return Funnel(RunReducescatter(group, r));
+  }
+  Status Alltoall(const std::vector<Entry*>& group, const Response& r) override {
+    return Funnel(RunAlltoall(group, r));
+  }
 
  private:
   struct Comm {
@@ -86,12 +102,28 @@ class NcclExecutor : public GroupExecutor {
     bool divide_on_host = false;
   };
 
+  Status RunAllreduce(const std::vector<Entry*>& group, const Response& r);
+  Status RunAllgather(const std::vector<Entry*>& group, const std::vector<const Response*>& rs);
+  Status RunBroadcast(const std::vector<Entry*>& group, const Response& r);
+  Status RunReducescatter(const std::vector<Entry*>& group, const Response& r);
+  Status RunAlltoall(const std::vector<Entry*>& group, const Response& r);
+  // The one way out of a collective: an error not yet announced goes through Fail().
+  Status Funnel(const Status& s);
+
   Status EnsureReady(const std::vector<Entry*>& group);
+  // Streams and events on `device` (this rank's part of the set-up; no peer involved).
+  Status SetUpDevice(int device);
+  // Every rank's word on its set-up (`local`) and its GPU, over the world's host backend:
+  // fails on every rank alike if any rank's set-up failed or two ranks share a GPU.
+  Status AgreeOnGpus(const Status& local);
   Status InitComm(Backend* bootstrap, int rank, int size, const char* what, Comm* comm);
   // Waits while a non-blocking communicator finishes the call that returned `rc`.
   Status Launched(ncclResult_t rc, const char* call, const std::vector<const Comm*>& comms);
   Status WaitInputs(const std::vector<Entry*>& group);
   Status WaitForProducerStream(const Entry& e);
+  // Marks, on the executor's stream, the point where the group's inputs are ready: the
+  // peer timeout counts from there (WaitForStream).
+  Status MarkInputsReady();
   // Waits until everything queued on the executor's stream has finished. A failure's
   // words name `what` (the op and its tensors), whichever rank's reason they carry.
   Status Complete(const std::string& what);
@@ -131,6 +163,7 @@ class NcclExecutor : public GroupExecutor {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_event_ = nullptr;
   cudaEvent_t producer_event_ = nullptr;
+  cudaEvent_t inputs_event_ = nullptr;
   BatchedCopier copier_;
   Comm world_, local_;
   const Comm* in_flight_ = nullptr;  // the communicator of the last call launched

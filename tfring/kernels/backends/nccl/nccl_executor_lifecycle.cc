@@ -1,9 +1,8 @@
-// NcclExecutor's lifecycle: communicators made on first use (unique ids shared over the
-// host backends), device buffers, the stream ordering with TensorFlow's producers, waiting
-// for completion with a deadline, and failure: an error or a collective past
+// NcclExecutor's lifecycle: device buffers, the stream ordering with TensorFlow's producers,
+// waiting for completion with a deadline, and failure: an error or a collective past
 // TFRING_PEER_TIMEOUT_SECONDS aborts the communicators and fails every later GPU op with
-// the reason, announced to the peers first (core/failure_notice.h). The collectives
-// themselves are in nccl_executor.cc.
+// the reason, announced to the peers first (core/failure_notice.h). The set-up at the
+// first GPU collective is in nccl_bootstrap.cc, the collectives in nccl_executor.cc.
 #include <sched.h>
 
 #include <chrono>
@@ -64,6 +63,7 @@ NcclExecutor::~NcclExecutor() {
   }
   if (done_event_) cudaEventDestroy(done_event_);
   if (producer_event_) cudaEventDestroy(producer_event_);
+  if (inputs_event_) cudaEventDestroy(inputs_event_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -118,6 +118,13 @@ Status NcclExecutor::Fail(const Status& status) {
   return broken_;
 }
 
+Status NcclExecutor::Funnel(const Status& s) {
+  // Failed through Fail() already (announced, communicators aborted): s carries its words,
+  // with the op named where a caller added it.
+  if (s.ok() || !broken_.ok()) return s;
+  return Fail(s);
+}
+
 Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
                               const std::vector<const Comm*>& comms) {
   if (rc != ncclSuccess && rc != ncclInProgress) {
@@ -150,80 +157,17 @@ Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
   return Status::OK();
 }
 
-Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
-                              Comm* comm) {
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof(id));
-  if (rank == 0) {
-    const ncclResult_t rc = ncclGetUniqueId(&id);
-    if (rc != ncclSuccess) return Fail(NcclStatus(rc, nullptr, "ncclGetUniqueId", __FILE__, __LINE__));
-  }
-  const Status shared = bootstrap->Broadcast(&id, sizeof(id), 0);
-  if (!shared.ok()) {
-    return Fail(Status(shared.code(), std::string("sharing the NCCL unique id of the ") + what +
-                                          " communicator through MPI: " + shared.message()));
-  }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  comm->rank = rank;
-  comm->size = size;
-  const ncclResult_t rc = ncclCommInitRankConfig(&comm->comm, size, id, rank, &config);
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    comm->comm = nullptr;
-    return Fail(NcclStatus(rc, nullptr, "ncclCommInitRankConfig", __FILE__, __LINE__));
-  }
-  TFRING_RETURN_IF_ERROR(Launched(rc, "ncclCommInitRankConfig", {comm}));
-  TFRING_LOG(kDebug) << "NCCL " << what << " communicator ready: rank " << rank << " of " << size
-                     << " on GPU " << device_;
-  return Status::OK();
-}
-
-Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
-  if (!broken_.ok()) return broken_;
-  // A peer that failed an earlier collective after its own part of it was done (so this
-  // rank's completed) has announced it: fail here rather than start one it will not join.
-  Status peer;
-  if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
-  const int device = group[0]->device;
-  for (const Entry* e : group) {
-    if (e->device != device) {
-      return Status::InvalidArgument("tensors of one process are on GPUs " +
-                                     std::to_string(device) + " and " + std::to_string(e->device) +
-                                     " ('" + e->request.name + "'): tfring uses one GPU per "
-                                     "process; pin each rank to its GPU (local_rank)");
-    }
-  }
-  if (ready_) {
-    if (device != device_) {
-      return Status::InvalidArgument(
-          "tensor '" + group[0]->request.name + "' is on GPU " + std::to_string(device) +
-          ", but this process's NCCL communicator was created on GPU " + std::to_string(device_) +
-          ": tfring uses one GPU per process; pin each rank to its GPU (local_rank)");
-    }
-    TFRING_CUDA_CHECK(cudaSetDevice(device_));
-    return Status::OK();
-  }
-  device_ = device;
-  TFRING_CUDA_CHECK(cudaSetDevice(device_));
-  TFRING_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming));
-  TFRING_CUDA_CHECK(cudaEventCreateWithFlags(&producer_event_, cudaEventDisableTiming));
-  copier_.Load();  // on this thread, with this device current: the kernel's context
-  ready_ = true;  // the destructor frees what exists from here on
-  TFRING_RETURN_IF_ERROR(InitComm(world_host_.get(), layout_.rank, layout_.size, "world", &world_));
-  if (options_.hierarchical_allreduce) {
-    TFRING_RETURN_IF_ERROR(
-        InitComm(local_host_.get(), layout_.local_rank, layout_.local_size, "local", &local_));
-  }
-  return Status::OK();
-}
-
 Status NcclExecutor::WaitInputs(const std::vector<Entry*>& group) {
   for (const Entry* e : group) {
     if (e->ready_event != nullptr) {
       TFRING_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e->ready_event), 0));
     }
   }
+  return MarkInputsReady();
+}
+
+Status NcclExecutor::MarkInputsReady() {
+  TFRING_CUDA_CHECK(cudaEventRecord(inputs_event_, stream_));
   return Status::OK();
 }
 
@@ -243,12 +187,25 @@ Status NcclExecutor::Complete(const std::string& what) {
 
 Status NcclExecutor::WaitForStream(const std::string& what) {
   TFRING_CUDA_CHECK(cudaEventRecord(done_event_, stream_));
-  const auto start = Clock::now();
+  const auto called = Clock::now();
   const auto timeout = std::chrono::duration<double>(options_.peer_timeout_seconds);
+  // The peer timeout counts from when the inputs are ready (MarkInputsReady): until then
+  // this rank waits for its own GPU, however long its backlog of work.
+  bool inputs_ready = false;
+  auto start = called;
   while (true) {
     const cudaError_t rc = cudaEventQuery(done_event_);
     if (rc == cudaSuccess) return Status::OK();
     if (rc != cudaErrorNotReady) return Fail(CudaStatus(rc, "cudaEventQuery", __FILE__, __LINE__));
+    if (!inputs_ready) {
+      const cudaError_t inputs = cudaEventQuery(inputs_event_);
+      if (inputs == cudaSuccess) {
+        inputs_ready = true;
+        start = Clock::now();
+      } else if (inputs != cudaErrorNotReady) {
+        return Fail(CudaStatus(inputs, "cudaEventQuery", __FILE__, __LINE__));
+      }
+    }
     Status peer;
     if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
     for (const Comm* c : {&world_, &local_}) {
@@ -262,13 +219,14 @@ Status NcclExecutor::WaitForStream(const std::string& what) {
         return Fail(NcclStatus(async, c->comm, what.c_str(), __FILE__, __LINE__));
       }
     }
-    const auto waited = Clock::now() - start;
-    if (waited > timeout) {
-      return Fail(Status::Aborted(what + " did not complete within TFRING_PEER_TIMEOUT_SECONDS=" +
-                                  std::to_string(options_.peer_timeout_seconds) +
-                                  " s: a peer rank died or stopped in the middle of it"));
+    if (inputs_ready && Clock::now() - start > timeout) {
+      return Fail(Status::Aborted(
+          what + " did not complete within TFRING_PEER_TIMEOUT_SECONDS=" +
+          std::to_string(options_.peer_timeout_seconds) + " s of its inputs being ready on this "
+          "rank: a peer rank died or stopped in the middle of it (or was still busy with "
+          "earlier GPU work for that long)"));
     }
-    if (waited < kSpin) {
+    if (Clock::now() - called < kSpin) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(kPollSleep);
