@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	# cpu: tensorflow-cpu. gpu-build: NCCL and CUDA headers from PyPI, so the GPU path is
 	# compiled (and CI checks that it compiles) even where no GPU is present; its tests skip
 	# there.
-	$(PYTHON) -m pip install -q -e ".[test,examples,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION) \
+	$(PYTHON) -m pip install -q -e ".[test,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION) \
 		$(GPU_BUILD_PINS)
 	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
 	# tensorflow package on top of tensorflow-cpu.
@@ -47,7 +47,8 @@ test: build build-sanitized
 	$(PYTHON) tests/run_suite.py
 
 # What `make test` leaves out as repetition, too: every parallel and tf_keras test at 3 ranks,
-# every native test under both sanitizers (tests/run_suite.py, FULL). Not CI's.
+# every native test under both sanitizers, the failure tests marked full_only
+# (tests/run_suite.py, FULL). Not CI's.
 test-full: export TFRING_SUITE_FULL := 1
 test-full: build build-sanitized
 	$(PYTHON) tests/run_suite.py

@@ -2,10 +2,10 @@
 
     mpirun -np 2 python examples/keras_fit.py [--epochs 10] [--checkpoint-dir DIR]
 
-Each rank fits on its shard of scikit-learn's digits (shipped inside the package: nothing is
-downloaded). The learning rate is scaled by the number of ranks and warmed up; epoch
-metrics are averaged over ranks; only rank 0 prints progress and writes checkpoints. At the
-end rank 0 prints the test accuracy and whether every rank holds identical weights.
+Each rank fits on its shard of the handwritten digits in data/ (nothing is downloaded). The
+learning rate is scaled by the number of ranks and warmed up; epoch metrics are averaged over
+ranks; only rank 0 prints progress and writes checkpoints. At the end rank 0 prints the test
+accuracy and whether every rank holds identical weights.
 """
 
 import argparse

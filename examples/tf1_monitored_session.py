@@ -3,7 +3,7 @@ around Adagrad, BroadcastGlobalVariablesHook, checkpoints on rank 0 only.
 
     mpirun -np 2 python examples/tf1_monitored_session.py [--checkpoint-dir DIR]
 
-Trains a small classifier on scikit-learn's digits (each rank on its shard) and prints the
+Trains a small classifier on the handwritten digits in data/ (each rank on its shard) and prints the
 test accuracy on rank 0.
 """
 

@@ -63,8 +63,12 @@ PARALLEL_ENV = {"TFRING_STALL_CHECK_TIME_SECONDS": "20", "TFRING_STALL_SHUTDOWN_
 # faster with one thread, measured twice each way on 2026-12-01). The inter-op pool keeps 2:
 # a kernel that blocks on a peer must not hold the only thread.
 OVERSUBSCRIBED_ENV = dict(PARALLEL_ENV, TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="2")
+# The tests of tf_keras (Keras 2), which run with TF_USE_LEGACY_KERAS=1 in stages of their own.
+TF_KERAS_FILES = [f"tests/parallel/{name}.py" for name in (
+    "test_tf_keras", "test_tf_keras_callbacks", "test_tf_keras_sharded",
+    "test_tf_keras_legacy_sharded")]
 # `make test-full` (TFRING_SUITE_FULL=1): what the default leaves out, too: every parallel
-# test at 3 ranks and every tf_keras test at 3.
+# test at 3 ranks, every tf_keras test at 3, and the failure tests marked full_only.
 FULL = os.environ.get("TFRING_SUITE_FULL") == "1"
 
 
@@ -212,24 +216,14 @@ def main():
                    ["-x", "tests/parallel"] + ([] if FULL else ["--size-dependent"]), 900,
                    "[1,0]<stdout>", OVERSUBSCRIBED_ENV))
     stages.append(("parallel tf_keras np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
-                   ["-x", "tests/parallel/test_tf_keras.py",
-                    "tests/parallel/test_tf_keras_callbacks.py",
-                    "tests/parallel/test_tf_keras_sharded.py",
-                    "tests/parallel/test_tf_keras_legacy_sharded.py"], 600, "[1,0]<stdout>",
+                   ["-x"] + TF_KERAS_FILES, 600, "[1,0]<stdout>",
                    dict(PARALLEL_ENV, TF_USE_LEGACY_KERAS="1")))
-    # Sharded state's blocks split variables differently at 3 ranks; the counts of
-    # accumulation (Horovod's on tf_keras) and one fit against one process hold at any size.
-    at_three = [f"tests/parallel/test_tf_keras.py::test_{name}" for name in (
-        ("fit_matches_one_process", "accumulation_equals_a_larger_batch") if FULL else
-        ("fit_matches_one_process[legacy-adam]", "accumulation_equals_a_larger_batch[adam]")) +
-        ("accumulation_counts_every_pass_as_horovod",
-         "legacy_optimizer_in_a_tf1_graph_in_horovods_order",
-         "aggregation_helper_counts_every_pass_of_a_tf_keras_optimizer")]
+    # At 3 ranks, the tf_keras tests whose outcome depends on the job's size (marked in
+    # tests/parallel/conftest.py: sharded blocks split unevenly, one fit against one process,
+    # the counts of accumulation); `make test-full` runs them all.
     stages.append(("parallel tf_keras np=3", MPIRUN + ["-np", "3", "--tag-output"] +
-                   PYTEST + ["-x"] + at_three + ["tests/parallel/test_tf_keras_sharded.py",
-                                                 "tests/parallel/test_tf_keras_legacy_sharded.py"],
-                   400,
-                   "[1,0]<stdout>", dict(OVERSUBSCRIBED_ENV, TF_USE_LEGACY_KERAS="1")))
+                   PYTEST + ["-x"] + ([] if FULL else ["--size-dependent"]) + TF_KERAS_FILES,
+                   400, "[1,0]<stdout>", dict(OVERSUBSCRIBED_ENV, TF_USE_LEGACY_KERAS="1")))
     # TensorFlow's GPU kernels, where nvidia-smi lists GPUs: one GPU per rank, pinned by
     # tests/parallel/conftest.py (the other parallel stages hide the GPUs). Not added
     # elsewhere: there it could only skip.
@@ -245,10 +239,16 @@ def main():
                    OVERSUBSCRIBED_ENV))
     # Two at a time, then alone the tests whose bounds are seconds from an event (a kill, a
     # stop), which a second job's load could push past (tests/failure/conftest.py).
-    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial", "tests/failure"], 900))
-    stages.append(("failure serial", PYTEST + ["-m", "serial", "tests/failure"], 300))
-    # Jobs of their own: init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring.
-    stages.append(("jobs", PYTEST + ["tests/jobs"], 600))
+    # Tests marked full_only repeat a default test's scenario in another flavour: `make
+    # test-full` runs them.
+    only_default = "" if FULL else " and not full_only"
+    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + only_default,
+                                                      "tests/failure"], 900))
+    stages.append(("failure serial", PYTEST + ["-m", "serial" + only_default, "tests/failure"],
+                   300))
+    # Jobs of their own: init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring;
+    # two at a time, as most of each is processes starting.
+    stages.append(("jobs", PYTEST_TWO_AT_A_TIME + ["tests/jobs"], 600))
     stages.append(("examples", PYTEST_TWO_AT_A_TIME + ["tests/examples"], 600))
     # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
     stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))

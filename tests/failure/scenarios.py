@@ -9,11 +9,6 @@ import sys
 import threading
 import time
 
-# scikit-learn is in the environment for the examples; Keras imports it for its wrappers
-# when it is there, which is a second of every worker's start on a 2-core machine. No
-# scenario uses it: kept out (an ImportError, which Keras takes as its absence).
-sys.modules["sklearn"] = None
-
 import tensorflow as tf
 
 import tfring

@@ -278,16 +278,19 @@ def test_a_worker_that_joined_counts_the_jobs_resets(tmp_path):
     assert "finished at" not in out and "leaves the job" not in out, out
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_keras_fit_loses_a_worker_then_grows_with_the_same_weights(tmp_path, legacy):
-    # tfring.keras.elastic as Horovod's Keras example uses it (KerasState, the commit, batch
-    # and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run):
-    # rank 2 dies mid-epoch; the 2 left roll back and go on; then the discovery's new host
-    # gets a worker, which joins with the state (its optimizer's too) and fit goes on as 3.
-    # --min-np 2: without it the floor is -np (3), and the 2 left would wait for the new
-    # worker before going on.
+def _keras_fit_lost_then_grown(tmp_path, legacy, as_is):
+    """tfring.keras.elastic as Horovod's Keras example uses it (KerasState, the commit, batch
+    and epoch callbacks, a reset callback scaling the learning rate, model.fit in @run):
+    rank 2 dies mid-epoch; the 2 left roll back and go on; then the discovery's new host
+    gets a worker, which joins with the state (its optimizer's too) and fit goes on as 3.
+    --min-np 2: without it the floor is -np (3), and the 2 left would wait for the new
+    worker before going on. `as_is`: with what Horovod's example adds (a step of fit before
+    the state is made, and one in the reset callback, which on the join pairs with the new
+    worker's first step from its own initial weights; its callbacks in its own order);
+    numpy's replay has those steps too."""
+    env = {"TF_USE_LEGACY_KERAS": legacy, "TFRING_TEST_EXAMPLE_AS_IS": "1" if as_is else "0"}
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "2"], "keras_fit", 3,
-                             env={"TF_USE_LEGACY_KERAS": legacy})
+                             env=env)
     assert re.search(r"rank 2: killing myself", out), out
     assert out.count(f"rank 2: runs {'tf_keras' if legacy == '1' else 'Keras 3'}") == 2, out
     _assert_all_agree(out, 3, "epoch 4 batch 0", "[2, 3]")
@@ -298,17 +301,17 @@ def test_keras_fit_loses_a_worker_then_grows_with_the_same_weights(tmp_path, leg
                 in out), out
 
 
-def test_horovods_keras_example_as_is_with_a_step_in_the_reset_callback(tmp_path):
-    # The same job with what Horovod's example adds: a step of fit before the state is made,
-    # and one in the reset callback, which on the join pairs with the new worker's first
-    # step (from its own initial weights); its callbacks in its own order. numpy's replay
-    # has those steps too: the three must finish together with its weights. (Matches numpy
-    # on tf_keras too, run by hand on 2026-12-01; the suite runs Keras 3.)
-    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "2"], "keras_fit", 3,
-                             env={"TF_USE_LEGACY_KERAS": "0", "TFRING_TEST_EXAMPLE_AS_IS": "1"})
-    assert re.search(r"rank 2: killing myself", out), out
-    _assert_all_agree(out, 3, "epoch 4 batch 0", "[2, 3]")
-    _assert_job_finished(rc, out)
+def test_horovods_keras_example_as_is_loses_a_worker_then_grows_with_the_same_weights(
+        tmp_path):
+    _keras_fit_lost_then_grown(tmp_path, legacy="0", as_is=True)
+
+
+# The same scenario without the example's extra steps, on Keras 3 and on tf_keras (whose
+# elastic state and callbacks the tf_keras stage tests without a lost worker).
+@pytest.mark.full_only
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_keras_fit_loses_a_worker_then_grows_with_the_same_weights(tmp_path, legacy):
+    _keras_fit_lost_then_grown(tmp_path, legacy, as_is=False)
 
 
 def test_a_worker_that_fails_to_start_stops_the_job_after_the_start_timeout(tmp_path):
@@ -337,11 +340,22 @@ def test_a_lost_worker_is_replaced_on_a_host_discovery_offers(tmp_path):
 
 
 @pytest.mark.serial  # the survivors stop 3 to 13 s after the kill
-def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
+def test_below_min_np_for_elastic_timeout_stops_every_worker_finalize_within_its_deadline(
+        tmp_path):
     # A worker lost with --min-np 3 and nothing offered: after --elastic-timeout (3 s) both
     # survivors stop, saying how many are left and needed, well within a few seconds more.
+    # Then each ends: after a lost worker, Open MPI's MPI_Finalize can wait for ever on it,
+    # now and then, so an elastic worker's finalize runs under a deadline. At 0 s both
+    # survivors end at once without it, each saying why, with Python's status for the
+    # uncaught error (1). (The wait past a deadline is kept by a thread of the library's:
+    # mpi4py's Finalize holds the GIL while it waits.)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
-                                                         "3"], "elastic_custom_loop", 3)
+                                                         "3"], "elastic_custom_loop", 3,
+                             env={"TFRING_ELASTIC_FINALIZE_TIMEOUT": "0",
+                                  # the two survivors' errors are printed before either ends
+                                  "TFRING_TEST_EXIT_BARRIER": f"{barrier},2"})
     assert rc != 0, out
     killed = re.search(r"rank 2: killing myself at ([0-9.]+)", out)
     assert killed, out
@@ -352,23 +366,6 @@ def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
     assert len(stopped) == 2, out
     assert all(3 <= t - float(killed.group(1)) < 13 for t in stopped), out
     assert "finished at" not in out, out
-
-
-def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
-    # After a lost worker, Open MPI's MPI_Finalize can wait for ever on it, now and then: an
-    # elastic worker's finalize runs under a deadline. At 0 s both survivors of the job
-    # above end at once without it, each saying why, with Python's status for the uncaught
-    # error (1). (The wait past a deadline is kept by a thread of the library's: mpi4py's
-    # Finalize holds the GIL while it waits.)
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
-    rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
-                                                         "1"], "elastic_custom_loop", 3,
-                             env={"TFRING_ELASTIC_FINALIZE_TIMEOUT": "0",
-                                  # the two survivors' errors are printed before either ends
-                                  "TFRING_TEST_EXIT_BARRIER": f"{barrier},2"})
-    assert rc != 0, out
-    assert out.count("2 worker(s) are left and --min-np needs 3") >= 2, out
     message = ("tfring.elastic: MPI_Finalize did not return within 0 s "
                "(TFRING_ELASTIC_FINALIZE_TIMEOUT); after a lost worker, Open MPI's fault "
                "tolerance can wait there for ever (open-mpi/ompi#11404). This process ends "
