@@ -43,14 +43,17 @@ build-sanitized: $(VENV)/.installed
 demo: build
 	$(VENV)/bin/mpirun --oversubscribe -np 2 $(PYTHON) examples/keras_fit.py
 
-test: build build-sanitized
+# The sanitized native tests are built by the suite itself, in the background while the
+# plain native tests run (tests/run_suite.py, SanitizerBuilds); build-sanitized builds them
+# alone.
+test: build
 	$(PYTHON) tests/run_suite.py
 
 # What `make test` leaves out as repetition, too: every parallel and tf_keras test at 3 ranks,
 # every native test under both sanitizers, the failure tests marked full_only
 # (tests/run_suite.py, FULL). Not CI's.
 test-full: export TFRING_SUITE_FULL := 1
-test-full: build build-sanitized
+test-full: build
 	$(PYTHON) tests/run_suite.py
 
 bench: build

@@ -1,14 +1,16 @@
 """Runs the whole test suite, stage by stage, and ends with one line:
 `suite: N passed, N failed, N skipped`.
 
-Stages: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL at one rank
-per GPU, skipped with the reason where there is none), the same native tests built with
-AddressSanitizer+UBSan and with ThreadSanitizer, unit tests (one process), parallel tests
-under mpirun at 2 and 3 ranks (Keras 3), the tf_keras tests under mpirun with
-TF_USE_LEGACY_KERAS=1 (the sharded ones and the accumulation counts at 3 ranks too), the
-Adasum tests at 4 ranks, failure scenarios, jobs with init(comm=...) and mpi4py, the
-examples (each run under mpirun as a user would), a job across two hosts made on this machine
-(tests/multihost); where nvidia-smi lists GPUs, TensorFlow's GPU tests at one GPU per rank.
+Stages, in order: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL
+at one rank per GPU, skipped with the reason where there is none) while the same native tests
+are built with AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure
+tests whose bounds are tight, one at a time; unit tests (one process); the sanitized native
+tests, two at a time; parallel tests under mpirun at 2 ranks and, those whose outcome depends
+on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
+TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
+tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, two at
+a time; jobs with init(comm=...) and mpi4py and the examples (each run under mpirun as a user
+would), two at a time; a job across two hosts made on this machine (tests/multihost).
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
@@ -18,6 +20,7 @@ that some rank never submits after TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang
 failure with a message. Full logs go to build/test-logs/.
 """
 
+import concurrent.futures
 import functools
 import glob
 import importlib.util
@@ -26,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +74,11 @@ TF_KERAS_FILES = [f"tests/parallel/{name}.py" for name in (
 # `make test-full` (TFRING_SUITE_FULL=1): what the default leaves out, too: every parallel
 # test at 3 ranks, every tf_keras test at 3, and the failure tests marked full_only.
 FULL = os.environ.get("TFRING_SUITE_FULL") == "1"
+# Tests marked full_only repeat a default test's scenario in another flavour: `make
+# test-full` runs them.
+ONLY_DEFAULT = "" if FULL else " and not full_only"
+SERIAL_FAILURES = ("failure serial", PYTEST + ["-m", "serial" + ONLY_DEFAULT, "tests/failure"],
+                   300)
 
 
 def run_stage_command(cmd, env, timeout):
@@ -105,15 +114,70 @@ def stage(name, cmd, timeout, rank0_prefix=None, env=None, may_skip_all=False):
     if rc != 0 and failed == 0:
         failed = 1  # a crash, a timeout, an abort or an empty stage counts as a failure
     status = "ok" if rc == 0 else f"FAILED (exit {rc})"
-    print(f"[suite] {name}: {passed} passed, {failed} failed, {skipped} skipped, "
-          f"{time.time() - start:.0f} s, {status}  (log: {os.path.relpath(log, ROOT)})",
-          flush=True)
-    for line in out.splitlines():  # say what was skipped, and why
-        if "SKIPPED" in line and (not rank0_prefix or line.startswith(rank0_prefix)):
-            print(f"[suite]   {line.strip()}", flush=True)
+    report = [f"[suite] {name}: {passed} passed, {failed} failed, {skipped} skipped, "
+              f"{time.time() - start:.0f} s, {status}  (log: {os.path.relpath(log, ROOT)})"]
+    report += [f"[suite]   {line.strip()}" for line in out.splitlines()  # what was skipped, why
+               if "SKIPPED" in line and (not rank0_prefix or line.startswith(rank0_prefix))]
     if rc != 0:
-        print("\n".join(out.splitlines()[-60:]), flush=True)
+        report += out.splitlines()[-60:]
+    with _PRINTING:  # stages that run side by side print their reports whole
+        print("\n".join(report), flush=True)
     return passed, failed, skipped
+
+
+_PRINTING = threading.Lock()
+
+
+def stages_two_at_a_time(specs):
+    """Runs stages two at a time (the sanitized native tests: each mostly waits on a timeout
+    or on its ranks, not on the CPU); their (passed, failed, skipped), in order."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda spec: stage(*spec), specs))
+
+
+class SanitizerBuilds:
+    """The native tests' sanitized builds (`python tfring/build --native-only --sanitize
+    address`, then thread), started in the background when the suite starts, at the lowest
+    priority: they compile in the cycles the first stages leave idle (the plain native tests
+    and the serial failure tests mostly wait: on timeouts, a batch gap, a killed rank), and
+    take next to none from them. Incremental: nothing to do where they are built already."""
+
+    def __init__(self):
+        os.makedirs(LOGS, exist_ok=True)
+        self.log = os.path.join(LOGS, "sanitizer_builds.log")
+        self.start = time.time()
+        script = " && ".join(f"{sys.executable} tfring/build --native-only --sanitize {kind}"
+                             for kind in SANITIZER_ENV)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(["nice", "-n", "19", "bash", "-c", script], cwd=ROOT,
+                                         env=ENV, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        # Linux's autogroups share the CPU between sessions whatever their processes' nice
+        # values: each stage is a session of its own (run_stage_command). The build's
+        # session gets the lowest weight too, where the kernel has autogroups.
+        try:
+            with open(f"/proc/{self.proc.pid}/autogroup", "w") as f:
+                f.write("19")
+        except OSError:
+            pass
+
+    def wait(self, timeout=900):
+        """Waits for the builds; returns the failures to count (0 or 1)."""
+        try:
+            rc = self.proc.wait(timeout=max(1, timeout - (time.time() - self.start)))
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = -1
+        with open(self.log) as f:
+            out = f.read()
+        status = "ok" if rc == 0 else f"FAILED (exit {rc})"
+        report = [f"[suite] sanitizer builds: {time.time() - self.start:.0f} s, {status}  "
+                  f"(log: {os.path.relpath(self.log, ROOT)})"]
+        if rc != 0:
+            report += out.splitlines()[-60:]
+        with _PRINTING:
+            print("\n".join(report), flush=True)
+        return 0 if rc == 0 else 1
 
 
 def visible_gpus():
@@ -126,7 +190,7 @@ def visible_gpus():
 
 
 # The native tests again, built with sanitizers (`python tfring/build --native-only
-# --sanitize address|thread`; the Makefile's build does both). A report fails the test.
+# --sanitize address|thread`: SanitizerBuilds). A report fails the test.
 SANITIZER_ENV = {
     # detect_leaks=0: MPI's own allocations. detect_stack_use_after_return: a pointer to a
     # returned caller's stack (a submitter's OpCountdown kept past the op, op_countdown.h).
@@ -187,14 +251,10 @@ def missing_native_binaries():
             if not os.path.exists(os.path.join(ROOT, "build", folder, name))]
 
 
-def main():
-    missing = missing_native_binaries()
-    if missing:
-        print(f"[suite] native binaries the build should have made are missing: "
-              f"{', '.join(sorted(missing))} (make test builds them)", flush=True)
+def native_stages():
+    """The plain build's native tests (`make build` makes them)."""
     stages = []
-    native = sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
-    for binary in native:
+    for binary in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*"))):
         name = os.path.basename(binary)
         if "nccl" in name:
             # One rank per GPU; it skips (saying why) where no GPU is visible.
@@ -206,8 +266,25 @@ def main():
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
         else:
             stages.append((f"native {name}", [binary], 180))
-    stages += sanitized_stages()
-    stages.append(("unit", PYTEST_TWO_AT_A_TIME + ["tests/unit"], 600))
+    return stages
+
+
+def main():
+    builds = SanitizerBuilds()
+    results = [stage(*spec) for spec in native_stages()]
+    # The failure tests whose bounds are seconds from an event (a kill, a stop) run alone
+    # (tests/failure/conftest.py): here, beside the builds' idle-priority compiles only.
+    results.append(stage(*SERIAL_FAILURES))
+    # Single-process tests; the builds, if not done yet, take the cycles they leave.
+    results.append(stage("unit", PYTEST_TWO_AT_A_TIME + ["tests/unit"], 600))
+    results.append((0, builds.wait(), 0))
+    missing = missing_native_binaries()
+    if missing:
+        print(f"[suite] native binaries the build should have made are missing: "
+              f"{', '.join(sorted(missing))} (make test builds them)", flush=True)
+    results.append((0, len(missing), 0))
+    results += stages_two_at_a_time(sanitized_stages())
+    stages = []
     stages.append(("parallel np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel"], 900, "[1,0]<stdout>", PARALLEL_ENV))
     # At 3 ranks, the tests whose outcome depends on the job's size (tests/parallel/conftest.py
@@ -239,26 +316,18 @@ def main():
                    OVERSUBSCRIBED_ENV))
     # Two at a time, then alone the tests whose bounds are seconds from an event (a kill, a
     # stop), which a second job's load could push past (tests/failure/conftest.py).
-    # Tests marked full_only repeat a default test's scenario in another flavour: `make
-    # test-full` runs them.
-    only_default = "" if FULL else " and not full_only"
-    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + only_default,
+    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + ONLY_DEFAULT,
                                                       "tests/failure"], 900))
-    stages.append(("failure serial", PYTEST + ["-m", "serial" + only_default, "tests/failure"],
-                   300))
-    # Jobs of their own: init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring;
-    # two at a time, as most of each is processes starting.
-    stages.append(("jobs", PYTEST_TWO_AT_A_TIME + ["tests/jobs"], 600))
-    stages.append(("examples", PYTEST_TWO_AT_A_TIME + ["tests/examples"], 600))
+    # Jobs of their own (init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring)
+    # and the examples, each run under mpirun as a user would: one two-at-a-time run, so that
+    # the long jobs and the short examples fill each other's gaps.
+    stages.append(("jobs and examples", PYTEST_TWO_AT_A_TIME + ["tests/jobs", "tests/examples"],
+                   900))
     # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
     stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))
 
-    total_passed, total_failed, total_skipped = 0, len(missing), 0
-    for spec in stages:
-        passed, failed, skipped = stage(*spec)
-        total_passed += passed
-        total_failed += failed
-        total_skipped += skipped
+    results += [stage(*spec) for spec in stages]
+    total_passed, total_failed, total_skipped = (sum(r[i] for r in results) for i in range(3))
     print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped",
           flush=True)
     return 1 if total_failed else 0

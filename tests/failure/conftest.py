@@ -1,5 +1,6 @@
-"""The failure stage runs two tests at a time (`pytest -n 2 -m "not serial"`), then the tests
-marked `serial` one at a time (`pytest -m serial`): those whose time bounds are seconds from
+"""The failure stage runs two tests at a time (`pytest -n 2 -m "not serial"`); the tests
+marked `serial` run one at a time (`pytest -m serial`, early in the suite, beside nothing but
+the sanitizer builds at idle priority: tests/run_suite.py): those whose time bounds are seconds from
 an event (a kill, a stop, an op's submission), which a second job's load on the machine's
 few cores could push past. Every other time bound is measured from the job's own start (its
 workers' 'started at' lines, _scenario_run.since_job_start) or from an event, with room for

@@ -6,9 +6,9 @@ at one number of ranks resumes at another. Keras 3, or tf_keras with TF_USE_LEGA
                                                 # ModelCheckpoint into DIR
     python _sharded_resume.py resume DIR [OUT]  # M ranks: each file of DIR resumed sharded
                                                 # and not; then, with OUT, saved as `save`
-    python _sharded_resume.py without K3 TF     # one process, tfring never imported: each
-                                                # file of K3 (Keras 3) and of TF (tf_keras)
-                                                # loaded into a plain Adam, and resumed
+    python _sharded_resume.py without DIR       # one process, tfring never imported: each
+                                                # file of DIR loaded into a plain Adam,
+                                                # and resumed
 
 Keras 3 saves Keras weights files (.weights.h5); tf_keras saves TensorFlow checkpoints
 (ModelCheckpoint's save_weights_only to a path without .h5), which hold the optimizer.
@@ -122,8 +122,7 @@ def resume(root):
 def main():
     mode, root = sys.argv[1], sys.argv[2]
     if mode == "without":
-        without_tfring(root, tf_keras=False)
-        without_tfring(sys.argv[3], tf_keras=True)
+        without_tfring(root, tf_keras=TF_KERAS)
         return
     import tfring
     tfring.init()
