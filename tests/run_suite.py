@@ -1,5 +1,5 @@
 """Runs the whole test suite, stage by stage, and ends with one line:
-`suite: N passed, N failed, N skipped`.
+`suite: N passed, N failed, N skipped in T s`.
 
 Stages, in order: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL
 at one rank per GPU, skipped with the reason where there is none) while the same native tests
@@ -8,9 +8,9 @@ tests whose bounds are tight, one at a time; unit tests (one process); the sanit
 tests, two at a time; parallel tests under mpirun at 2 ranks and, those whose outcome depends
 on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
-tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, two at
-a time; jobs with init(comm=...) and mpi4py and the examples (each run under mpirun as a user
-would), two at a time; a job across two hosts made on this machine (tests/multihost).
+tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, jobs
+with init(comm=...) and mpi4py, and the examples (each run under mpirun as a user would),
+together, two at a time; a job across two hosts made on this machine (tests/multihost).
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
@@ -270,6 +270,7 @@ def native_stages():
 
 
 def main():
+    started = time.time()
     builds = SanitizerBuilds()
     results = [stage(*spec) for spec in native_stages()]
     # The failure tests whose bounds are seconds from an event (a kill, a stop) run alone
@@ -314,22 +315,20 @@ def main():
     stages.append(("parallel adasum np=4", MPIRUN + ["-np", "4", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel/test_adasum.py"], 300, "[1,0]<stdout>",
                    OVERSUBSCRIBED_ENV))
-    # Two at a time, then alone the tests whose bounds are seconds from an event (a kill, a
-    # stop), which a second job's load could push past (tests/failure/conftest.py).
-    stages.append(("failure", PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + ONLY_DEFAULT,
-                                                      "tests/failure"], 900))
-    # Jobs of their own (init(comm=...) over part of MPI_COMM_WORLD, mpi4py beside tfring)
-    # and the examples, each run under mpirun as a user would: one two-at-a-time run, so that
-    # the long jobs and the short examples fill each other's gaps.
-    stages.append(("jobs and examples", PYTEST_TWO_AT_A_TIME + ["tests/jobs", "tests/examples"],
-                   900))
+    # The failure scenarios but the serial ones (run first), jobs of their own (init(comm=...)
+    # over part of MPI_COMM_WORLD, mpi4py beside tfring) and the examples, each run under
+    # mpirun as a user would: one two-at-a-time run, as most of each test is processes
+    # starting, so that long tests and short ones fill each other's gaps.
+    stages.append(("failure, jobs and examples",
+                   PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + ONLY_DEFAULT, "tests/failure",
+                                           "tests/jobs", "tests/examples"], 1200))
     # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
     stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))
 
     results += [stage(*spec) for spec in stages]
     total_passed, total_failed, total_skipped = (sum(r[i] for r in results) for i in range(3))
-    print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped",
-          flush=True)
+    print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped "
+          f"in {time.time() - started:.0f} s", flush=True)
     return 1 if total_failed else 0
 
 

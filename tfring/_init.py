@@ -2,7 +2,11 @@
 process sets (tfring/process_sets.py). It sits above both: process sets need the runtime's
 rank and size, so the runtime cannot be the one to register them."""
 
-from tfring import runtime
+import os
+import socket
+import warnings
+
+from tfring import _launch_check, runtime
 from tfring._elastic_members import MEMBERS, discovery_active
 from tfring.process_sets import add_process_set, is_registered
 
@@ -36,13 +40,19 @@ def init(comm=None, process_sets=None):
     Raises:
         ValueError: a bad `comm` (a rank that MPI_COMM_WORLD lacks, this process not in the
             list) or a malformed setting.
-        RuntimeError: MPI could not be initialized.
+        RuntimeError: MPI could not be initialized; or the launcher started several
+            processes that MPI sees one by one (plain `srun -n N`, another MPI's mpirun, a
+            Slurm batch script of N tasks without srun): each would train alone, so every
+            one refuses, saying what to run (docs/launching.md; TFRING_SINGLE_PROCESS=1
+            runs one process on purpose).
     """
     global _job_comm
     if comm is None and discovery_active():
         # A worker an elastic job started to grow (tfring/_elastic_members.py) joins it.
         comm = MEMBERS.join_parent()
     runtime.start(comm)
+    if comm is None:
+        _check_against_the_launcher()
     _job_comm = comm
     if process_sets and process_sets != "dynamic":
         for ps in process_sets:
@@ -50,3 +60,17 @@ def init(comm=None, process_sets=None):
             # sets finds them registered, which is no duplicate.
             if not is_registered(ps):
                 add_process_set(ps)
+
+
+def _check_against_the_launcher():
+    """Refuses a job that MPI sees as jobs of one process each while its launcher started
+    several (tfring/_launch_check.py); warns where the ranks ignored the launcher's hostfile."""
+    if runtime.size() == 1:
+        problem = _launch_check.lone_process_problem(os.environ, runtime.mpi_version())
+        if problem:
+            runtime.shutdown()
+            raise RuntimeError(f"tfring.init() refuses to start: {problem}")
+    problem = _launch_check.hostfile_problem(os.environ, runtime.size(), runtime.cross_size(),
+                                             socket.gethostname())
+    if problem and runtime.rank() == 0:
+        warnings.warn(f"tfring: {problem}", RuntimeWarning, stacklevel=3)

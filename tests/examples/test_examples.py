@@ -26,7 +26,7 @@ def accuracies(output):
 
 
 def test_tf2_custom_loop():
-    out = run_example("tf2_custom_loop.py", "--epochs", "4")
+    out = run_example("tf2_custom_loop.py", "--epochs", "2")
     assert accuracies(out)[-1] > 0.85, out
     assert "weights identical on all 2 ranks: True" in out, out
 
@@ -39,7 +39,7 @@ def test_tf1_monitored_session(tmp_path):
 
 
 def test_keras_fit(tmp_path):
-    out = run_example("keras_fit.py", "--epochs", "6", "--checkpoint-dir", str(tmp_path))
+    out = run_example("keras_fit.py", "--epochs", "4", "--checkpoint-dir", str(tmp_path))
     assert accuracies(out)[-1] > 0.85, out
     assert "weights identical on all 2 ranks: True" in out, out
     assert "finished gradual learning rate warmup" in out, out
