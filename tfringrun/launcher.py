@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from tfringrun import discovery, exports
+from tfringrun import discovery, exports, operators
 
 # tfring/_elastic_exit.py's name for it: where each elastic worker notes how it ended.
 STATUS_DIR = "TFRING_ELASTIC_STATUS_DIR"
@@ -145,13 +145,18 @@ def mpirun_path():
     return found
 
 
-def mpi_flavor(mpirun):
-    """'openmpi' or 'mpich' (MPICH, Intel MPI, MVAPICH: Hydra's options)."""
+def mpirun_version(mpirun):
+    """What `mpirun --version` prints ("" where it cannot run)."""
     try:
-        version = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
+        return subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        version = ""
+        return ""
+
+
+def mpi_flavor(mpirun, version=None):
+    """'openmpi' or 'mpich' (MPICH, Intel MPI, MVAPICH: Hydra's options)."""
+    version = mpirun_version(mpirun) if version is None else version
     return "openmpi" if "Open MPI" in version or "OpenRTE" in version else "mpich"
 
 
@@ -347,7 +352,8 @@ def main(argv=None):
     if args.check_build:
         return check_build()
     mpirun = mpirun_path()
-    flavor = mpi_flavor(mpirun)
+    version = mpirun_version(mpirun)
+    flavor = mpi_flavor(mpirun, version)
     hostfile_copy = None
     if args.hostfile and flavor == "openmpi":
         lines = _hostfile_for_openmpi(args.hostfile)
@@ -357,6 +363,10 @@ def main(argv=None):
             f.write("\n".join(lines) + "\n")
         args.hostfile = hostfile_copy
     env = dict(os.environ)
+    if flavor == "openmpi" and (operators.openmpi_major(version) or 0) >= 5:
+        env, passed = operators.with_prrte_names(env, bool(args.hosts or args.hostfile))
+        if passed:
+            print(operators.notice(passed), file=sys.stderr, flush=True)
     loop = scratch = None
     if is_elastic(args):
         scratch = tempfile.mkdtemp(prefix="tfringrun-")
