@@ -359,9 +359,8 @@ def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
 
 def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
     # After a lost worker, Open MPI's MPI_Finalize can wait for ever on it, now and then: an
-    # elastic worker's finalize runs under a deadline. At 0 s both survivors of the job
-    # above end at once without it, each saying why, with Python's status for the uncaught
-    # error (1). (The wait past a deadline is kept by a thread of the library's: mpi4py's
+    # elastic worker's finalize runs under a deadline. At 0 s the survivors of the job above
+    # end at once without it, saying why, with Python's status for the uncaught error (1). (The wait past a deadline is kept by a thread of the library's: mpi4py's
     # Finalize holds the GIL while it waits.)
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -376,4 +375,6 @@ def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
                "(TFRING_ELASTIC_FINALIZE_TIMEOUT); after a lost worker, Open MPI's fault "
                "tolerance can wait there for ever (open-mpi/ompi#11404). This process ends "
                "now without it, with status 1")
-    assert out.count(message) == 2, out
+    # The first survivor to end so makes mpirun end the other, which may be cut off before it
+    # says so: at least one says it, and both said why they stopped (above).
+    assert out.count(message) >= 1, out

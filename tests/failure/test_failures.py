@@ -53,7 +53,10 @@ def test_gpu_failure_notice_names_a_killed_rank_under_ulfm():
     proc = subprocess.run([MPIRUN, "--with-ft", "ulfm", "--oversubscribe", "-np", "3", binary],
                           capture_output=True, text=True, timeout=60, env=env)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    # 0; or, where a survivor's MPI_Finalize waited past its deadline (Open MPI's flaw after a
+    # lost rank: it then ends without it, saying so), mpirun's 1 for an improper exit.
+    assert proc.returncode == 0 or (
+        proc.returncode == 1 and "ending without it" in out), out
     for rank in (0, 1):
         heard = re.search(rf"rank {rank} heard after ([0-9.]+) s: (.*)", out)
         assert heard, out

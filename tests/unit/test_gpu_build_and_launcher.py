@@ -189,6 +189,9 @@ def test_elastic_flags_turn_on_mpis_fault_tolerance_and_pass_the_limits():
     args = _args("-np", "3", "--min-np", "2", "--reset-limit", "4", "python", "t.py")
     cmd, env = launcher.build_command(args, {}, "mpirun", "openmpi", is_root=False)
     assert cmd[cmd.index("--with-ft") + 1] == "ulfm"
+    # Open MPI's collectives that are not fault tolerant stay out (han wins across hosts).
+    assert cmd[cmd.index("--mca") + 1:cmd.index("--mca") + 3] == ["coll",
+                                                                  "^han,cuda,hcoll,portals4"]
     assert env["TFRING_ELASTIC_MIN_NP"] == "2" and env["TFRING_ELASTIC_RESET_LIMIT"] == "4"
     exported = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
     assert {"TFRING_ELASTIC_MIN_NP", "TFRING_ELASTIC_RESET_LIMIT"} <= exported
