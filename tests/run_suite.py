@@ -10,12 +10,14 @@ on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
 tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, jobs
 with init(comm=...) and mpi4py, and the examples (each run under mpirun as a user would),
-together, two at a time; a job across two hosts made on this machine (tests/multihost).
+together, two at a time; a job across two hosts made on this machine (tests/multihost); a
+Slurm cluster of two nodes on such hosts, launched through srun, sbatch and salloc
+(tests/slurm).
 
 What counts as a failure: a failed test; a crash or an abort; a stage past its timeout (its
 whole process group is killed, so no rank of it lives on into the next stage); a stage that
-ran no test (only the NCCL and multihost stages may skip everything, saying why); a native
-test binary the build should have made and did not. The parallel stages fail a collective
+ran no test (only the NCCL, GPU, multihost and Slurm stages may skip everything, saying
+why); a native test binary the build should have made and did not. The parallel stages fail a collective
 that some rank never submits after TFRING_STALL_SHUTDOWN_TIME_SECONDS, so a hang is a
 failure with a message. Full logs go to build/test-logs/.
 """
@@ -324,6 +326,9 @@ def main():
                                            "tests/jobs", "tests/examples"], 1200))
     # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
     stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))
+    # A Slurm cluster of two nodes on those hosts (skipped, naming the missing package, where
+    # Slurm is not installed; failed instead under TFRING_SUITE_REQUIRE_SLURM=1, as in CI).
+    stages.append(("slurm", PYTEST + ["tests/slurm"], 400, None, None, True))
 
     results += [stage(*spec) for spec in stages]
     total_passed, total_failed, total_skipped = (sum(r[i] for r in results) for i in range(3))

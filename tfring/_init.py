@@ -64,13 +64,14 @@ def init(comm=None, process_sets=None):
 
 def _check_against_the_launcher():
     """Refuses a job that MPI sees as jobs of one process each while its launcher started
-    several (tfring/_launch_check.py); warns where the ranks ignored the launcher's hostfile."""
+    several (tfring/_launch_check.py); warns where the ranks ignored the launcher's hostfile
+    or left the other nodes of a Slurm allocation idle."""
     if runtime.size() == 1:
         problem = _launch_check.lone_process_problem(os.environ, runtime.mpi_version())
         if problem:
             runtime.shutdown()
             raise RuntimeError(f"tfring.init() refuses to start: {problem}")
-    problem = _launch_check.hostfile_problem(os.environ, runtime.size(), runtime.cross_size(),
-                                             socket.gethostname())
-    if problem and runtime.rank() == 0:
-        warnings.warn(f"tfring: {problem}", RuntimeWarning, stacklevel=3)
+    for check in (_launch_check.hostfile_problem, _launch_check.allocation_problem):
+        problem = check(os.environ, runtime.size(), runtime.cross_size(), socket.gethostname())
+        if problem and runtime.rank() == 0:
+            warnings.warn(f"tfring: {problem}", RuntimeWarning, stacklevel=3)

@@ -109,3 +109,27 @@ def hostfile_problem(environ, size, cross_size, hostname):
             f"Open MPI 4 (ORTE) variable, which the Kubernetes MPI operators set. Start the "
             f"job with tfringrun (it passes the hostfile on), or `mpirun --hostfile {path}`.")
 
+
+def _number(environ, name):
+    return _count(environ, name) if name in environ else 0
+
+
+def allocation_problem(environ, size, cross_size, hostname):
+    """Why the job's ranks, all on this host, left the other nodes of their Slurm allocation
+    idle; "" where they did not (or this is no Slurm job). Under `srun --mpi=pmix` the step
+    has what the user asked for (its own node count); under mpirun in an allocation, the
+    job's nodes count: `mpirun --oversubscribe` maps by core and fills the first node with
+    every rank whatever the allocation's slots (tfringrun maps by slot)."""
+    if size < 2 or cross_size != 1:
+        return ""
+    direct = environ.get("PMIX_NAMESPACE", "").startswith("slurm.")
+    name = "SLURM_STEP_NUM_NODES" if direct else "SLURM_JOB_NUM_NODES"
+    nodes = _number(environ, name)
+    if nodes < 2:
+        return ""
+    return (f"Slurm allocated {nodes} nodes ({name}={nodes}, {environ.get('SLURM_JOB_NODELIST', '')}"
+            f"), but every one of the {size} ranks runs on {hostname}. Under mpirun, "
+            f"`--oversubscribe` maps ranks by core and ignores the allocation's slots: start "
+            f"the job with `tfringrun -np {size}` (it maps by slot), `mpirun --map-by "
+            f"slot:OVERSUBSCRIBE`, or `srun --mpi=pmix`.")
+

@@ -3,9 +3,10 @@
 import atexit
 import ctypes
 import enum
+import os
 import sys
 
-from tfring import _library
+from tfring import _library, _mpi_wheel
 
 
 class StatusCode(enum.IntEnum):
@@ -45,6 +46,9 @@ def start(comm=None):
         mpi = sys.modules.get("mpi4py.MPI")
         _mpi4py_owns_mpi = mpi is not None and mpi.Is_initialized()
     kind, ranks, handle = _world_choice(comm)
+    # Before MPI starts: Slurm's srun does not tell the wheel's Open MPI where it lives.
+    _mpi_wheel.point_at_wheel(os.environ, _library.build_info().get("mpicxx"),
+                              _mpi_wheel.wheel_prefix())
     error = ctypes.create_string_buffer(2048)
     code = lib.tfring_init(kind, (ctypes.c_int32 * max(1, len(ranks)))(*ranks), len(ranks),
                            handle, error, len(error))

@@ -312,6 +312,18 @@ def with_huge_pages(env):
                 HUGE_PAGES_TUNABLE)
 
 
+def placement_options(mpi_args):
+    """Open MPI's placement: ranks fill each host's slots in rank order (ranks 0..k-1 on the
+    first host), as Horovod's horovodrun maps them, and more ranks than cores is the user's
+    choice to make (OVERSUBSCRIBE). Not `--oversubscribe` alone: that keeps PRRTE's mapping by
+    core, which ignores the slots of a Slurm allocation or a hostfile and ran every rank of
+    `-np 4` in a 2-node, 2-task-per-node allocation on the first node (tests/slurm). A
+    `--map-by` of the user's (in --mpi-args) is theirs to combine with --oversubscribe."""
+    if any(word.lstrip("-").split("=")[0] == "map-by" for word in shlex.split(mpi_args or "")):
+        return ["--oversubscribe"]
+    return ["--map-by", "slot:OVERSUBSCRIBE"]
+
+
 def build_command(args, env, mpirun, flavor, is_root):
     """(argv, env) for the mpirun that starts the job."""
     env = dict(env, **settings_env(args))
@@ -325,7 +337,7 @@ def build_command(args, env, mpirun, flavor, is_root):
         if is_root:  # Open MPI refuses root unless told twice
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        cmd.append("--oversubscribe")  # more ranks than cores is the user's choice to make
+        cmd += placement_options(args.mpi_args)
         if is_elastic(args):
             # A lost rank's peers live on and are told (ULFM), instead of mpirun ending all.
             # coll/han (chosen on communicators across hosts) and coll/cuda are not fault

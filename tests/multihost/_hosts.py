@@ -96,6 +96,11 @@ def _make(tag, net):
     return [(str(net[1 + i]), ns) for i, ns in enumerate(hosts, start=1)]
 
 
+def root_address():
+    """This process's address in the root namespace, on the hosts' switch."""
+    return str(_subnet(os.getpid())[1])
+
+
 @contextlib.contextmanager
 def two_hosts():
     """Yields [(address, namespace) of each host] and removes it all after, whatever

@@ -101,7 +101,7 @@ def test_command_line_for_open_mpi_as_root():
                  "python", "train.py", "--epochs", "3")
     env = {"PATH": "/bin", "TFRING_LOG_LEVEL": "debug", "NCCL_DEBUG": "WARN", "SECRET": "x"}
     cmd, out_env = launcher.build_command(args, env, "/venv/bin/mpirun", "openmpi", is_root=True)
-    assert cmd[:4] == ["/venv/bin/mpirun", "-np", "4", "--oversubscribe"]
+    assert cmd[:5] == ["/venv/bin/mpirun", "-np", "4", "--map-by", "slot:OVERSUBSCRIBE"]
     assert cmd[cmd.index("--host") + 1] == "a:2,b:2"
     exported = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
     assert set(exported) == {"PATH", "TFRING_LOG_LEVEL", "NCCL_DEBUG", "TFRING_FUSION_THRESHOLD",
@@ -115,6 +115,16 @@ def test_command_line_for_open_mpi_as_root():
     assert out_env["TFRING_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
     assert out_env["TFRING_CYCLE_TIME"] == "0.5"
     assert out_env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" == out_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+
+
+def test_ranks_fill_each_hosts_slots_unless_the_user_maps_them():
+    cmd, _ = launcher.build_command(_args("-np", "2", "python", "t.py"), {}, "mpirun",
+                                    "openmpi", is_root=False)
+    assert "--oversubscribe" not in cmd  # it would map by core, across a Slurm allocation too
+    cmd, _ = launcher.build_command(_args("-np", "2", "--mpi-args=--map-by ppr:1:node",
+                                          "python", "t.py"), {}, "mpirun", "openmpi",
+                                    is_root=False)
+    assert cmd.count("--map-by") == 1 and "--oversubscribe" in cmd
 
 
 def test_huge_pages_join_the_users_tunables_and_can_be_left_off():

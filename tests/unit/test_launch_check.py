@@ -94,3 +94,25 @@ def test_a_hostfile_the_ranks_followed_is_no_problem(tmp_path):
     # One host listed, or none given.
     assert check.hostfile_problem(_hostfile(tmp_path, "node-a slots=8\n"), 8, 1, "x") == ""
     assert check.hostfile_problem({}, 8, 1, "x") == ""
+
+
+def test_ranks_that_leave_a_slurm_allocations_nodes_idle_are_named():
+    # mpirun --oversubscribe -np 4 in `salloc -N 2 -n 4`: all 4 on the first node.
+    environ = {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[1-2]",
+               "PMIX_NAMESPACE": "prterun-node1-1234@1"}
+    problem = check.allocation_problem(environ, size=4, cross_size=1, hostname="node1")
+    for words in ("Slurm allocated 2 nodes (SLURM_JOB_NUM_NODES=2, node[1-2])",
+                  "every one of the 4 ranks runs on node1", "--oversubscribe",
+                  "tfringrun -np 4", "--map-by slot:OVERSUBSCRIBE", "srun --mpi=pmix"):
+        assert words in problem, problem
+    # Across the nodes, one rank, or one node: nothing to say.
+    assert check.allocation_problem(environ, size=4, cross_size=2, hostname="node1") == ""
+    assert check.allocation_problem(environ, size=1, cross_size=1, hostname="node1") == ""
+    assert check.allocation_problem(dict(environ, SLURM_JOB_NUM_NODES="1"), 4, 1, "n") == ""
+    assert check.allocation_problem({}, 4, 1, "node1") == ""
+    # srun --mpi=pmix: the step's nodes are what the user asked for, not the job's.
+    direct = {"SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_NUM_NODES": "1",
+              "PMIX_NAMESPACE": "slurm.pmix.7.0"}
+    assert check.allocation_problem(direct, size=2, cross_size=1, hostname="node1") == ""
+    assert "SLURM_STEP_NUM_NODES=2" in check.allocation_problem(
+        dict(direct, SLURM_STEP_NUM_NODES="2"), size=4, cross_size=1, hostname="node1")

@@ -1,7 +1,12 @@
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "tfring/kernels/backends/mpi/mpi_check.h"
 #include "tfring/kernels/core/message.h"
@@ -9,20 +14,73 @@
 namespace tfring {
 namespace {
 
-// The ranks of `parent` on this rank's host, in rank order: MPI's shared-memory split. For
-// tests only, TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks instead, so
-// that hierarchical paths (reduce within a host, then across hosts) run on one machine.
-// Read here, at each split, not with the other settings: it changes what MPI reports, not
-// how tfring runs, and every rank must set it alike.
+// The host of each rank of `parent`, as a group number (the lowest rank on that host): the
+// ranks are joined when MPI's shared-memory split puts them together or when their
+// hostnames are equal. MPI's split alone is not enough: under Slurm's direct launch
+// (`srun --mpi=pmix`, Slurm 22.05, Open MPI 5) PMIx tells Open MPI nothing of locality, and
+// every rank comes out alone on its "host" (local_rank 0 everywhere: every rank would pin
+// GPU 0). The hostname alone is not enough either where one machine's processes carry
+// different names (containers with their own UTS namespace share memory only if MPI says so).
+Status HostGroups(MPI_Comm parent, int rank, int size, std::vector<int>* group) {
+  MPI_Comm shared;
+  TFRING_MPI_CHECK(
+      MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+  int shared_leader = rank;
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, &shared_leader, 1, MPI_INT, MPI_MIN, shared);
+  MPI_Comm_free(&shared);
+  TFRING_MPI_CHECK(rc);
+  constexpr int kName = 256;
+  std::vector<char> mine(kName, '\0'), names(static_cast<size_t>(kName) * size);
+  gethostname(mine.data(), kName - 1);
+  std::vector<int> leaders(size);
+  TFRING_MPI_CHECK(MPI_Allgather(mine.data(), kName, MPI_CHAR, names.data(), kName, MPI_CHAR,
+                                 parent));
+  TFRING_MPI_CHECK(
+      MPI_Allgather(&shared_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, parent));
+  // Union-find over ranks, each root the lowest rank of its group.
+  group->resize(size);
+  for (int r = 0; r < size; ++r) (*group)[r] = r;
+  auto root = [group](int r) {
+    while ((*group)[r] != r) r = (*group)[r];
+    return r;
+  };
+  auto join = [&](int a, int b) {
+    a = root(a);
+    b = root(b);
+    if (a != b) (*group)[std::max(a, b)] = std::min(a, b);
+  };
+  std::vector<std::string> hostnames(size);
+  for (int r = 0; r < size; ++r) {
+    hostnames[r] = std::string(&names[static_cast<size_t>(r) * kName]);
+    join(r, leaders[r]);
+    for (int q = 0; q < r; ++q) {
+      if (hostnames[q] == hostnames[r]) {
+        join(r, q);
+        break;
+      }
+    }
+  }
+  for (int r = 0; r < size; ++r) (*group)[r] = root(r);
+  return Status::OK();
+}
+
+// The ranks of `parent` on this rank's host, in rank order (HostGroups). For tests only,
+// TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks instead, so that
+// hierarchical paths (reduce within a host, then across hosts) run on one machine. Read
+// here, at each split, not with the other settings: it changes what MPI reports, not how
+// tfring runs, and every rank must set it alike.
 Status SplitByHost(MPI_Comm parent, int rank, MPI_Comm* local) {
   const char* raw = std::getenv("TFRING_TEST_RANKS_PER_HOST");
   const int per_host = raw != nullptr ? std::atoi(raw) : 0;
   if (per_host > 0) {
     TFRING_MPI_CHECK(MPI_Comm_split(parent, rank / per_host, rank, local));
-  } else {
-    TFRING_MPI_CHECK(
-        MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, local));
+    return Status::OK();
   }
+  int size = 0;
+  TFRING_MPI_CHECK(MPI_Comm_size(parent, &size));
+  std::vector<int> group;
+  TFRING_RETURN_IF_ERROR(HostGroups(parent, rank, size, &group));
+  TFRING_MPI_CHECK(MPI_Comm_split(parent, group[rank], rank, local));
   return Status::OK();
 }
 
