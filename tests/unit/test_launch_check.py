@@ -91,6 +91,9 @@ def test_a_hostfile_the_ranks_followed_is_no_problem(tmp_path):
     assert check.hostfile_problem(environ, size=8, cross_size=2, hostname="node-a") == ""
     # All on the first host listed, which has room for them: mpirun's own placement.
     assert check.hostfile_problem(environ, size=4, cross_size=1, hostname="node-a.cluster") == ""
+    # Hosts given by address (not cut at their first dot like names).
+    environ = _hostfile(tmp_path, "10.0.0.2 slots=2\n10.0.0.3 slots=2\n")
+    assert "lists 2 hosts" in check.hostfile_problem(environ, 4, 1, "launcher")
     # One host listed, or none given.
     assert check.hostfile_problem(_hostfile(tmp_path, "node-a slots=8\n"), 8, 1, "x") == ""
     assert check.hostfile_problem({}, 8, 1, "x") == ""

@@ -1,6 +1,6 @@
-"""Run by every rank of the sbatch/salloc jobs (test_slurm.py): one allreduce, checked here
-against the sum every rank can compute, and one line of what the rank saw, which the test
-reads: "rank R of N, local L of LS, cross C of CS, on HOST: sum ok"."""
+"""Run by every rank of the small jobs (tests/slurm, test_mpi_operator.py): one allreduce,
+checked here against the sum every rank can compute, and one line of what the rank saw, which
+the tests read: "rank R of N, local L of LS, cross C of CS, on HOST: sum ok"."""
 
 import socket
 
