@@ -222,6 +222,12 @@ def elastic_every_worker_raises():
     train(state)
 
 
+def elastic_across_hosts():
+    # Of 4 workers, 2 per host (tests/multihost/test_elastic_across_hosts.py): the one lost
+    # is on the second host, and the 3 left span both.
+    _custom_loop({8: 3})
+
+
 def elastic_two_kills():
     _custom_loop({4: 3, 8: 2})  # of 4 workers
 
