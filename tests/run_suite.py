@@ -324,13 +324,15 @@ def main():
     stages.append(("failure, jobs and examples",
                    PYTEST_TWO_AT_A_TIME + ["-m", "not serial" + ONLY_DEFAULT, "tests/failure",
                                            "tests/jobs", "tests/examples"], 1200))
-    # Two hosts made of network namespaces (skipped, saying why, where they cannot be made).
-    stages.append(("multihost", PYTEST + ["tests/multihost"], 300, None, None, True))
-    # A Slurm cluster of two nodes on those hosts (skipped, naming the missing package, where
-    # Slurm is not installed; failed instead under TFRING_SUITE_REQUIRE_SLURM=1, as in CI).
-    stages.append(("slurm", PYTEST + ["tests/slurm"], 400, None, None, True))
-
     results += [stage(*spec) for spec in stages]
+    # Two hosts made of network namespaces (skipped, saying why, where they cannot be made),
+    # and a Slurm cluster of two nodes on hosts of its own (skipped, naming the missing
+    # package, where Slurm is not installed; failed instead under
+    # TFRING_SUITE_REQUIRE_SLURM=1, as in CI): side by side, as each waits on its daemons and
+    # launchers as much as it computes; their namespaces and ports never meet.
+    results += stages_two_at_a_time([
+        ("multihost", PYTEST + ["tests/multihost"], 300, None, None, True),
+        ("slurm", PYTEST + ["tests/slurm"], 400, None, None, True)])
     total_passed, total_failed, total_skipped = (sum(r[i] for r in results) for i in range(3))
     print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped "
           f"in {time.time() - started:.0f} s", flush=True)

@@ -41,7 +41,6 @@ from tfring.gradient_aggregation import LocalGradientAggregationHelper  # noqa: 
 from tfring.gpu_pinning import pin_gpu  # noqa: E402
 from tfring.gradient_tape import (  # noqa: E402
     DistributedGradientTape, PartialDistributedGradientTape)
-from tfring.keras.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from tfring.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
 from tfring._init import init  # noqa: E402
@@ -76,6 +75,15 @@ __all__ = [
     "check_num_rank_power_of_2", "gpu_available", "check_extension",
     "LocalGradientAggregationHelper",
 ]
+
+
+def __getattr__(name):
+    # Horovod puts a Keras layer here; it is made at first use, so that `import tfring` (the
+    # collectives, TF1, the tape) loads nothing of tfring.keras, nor Keras itself.
+    if name == "SyncBatchNormalization":
+        from tfring.keras.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError(f"module 'tfring' has no attribute {name!r}")
 
 
 def _running_the_builder():

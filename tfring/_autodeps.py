@@ -21,13 +21,9 @@ UNORDERED_OP_TYPES = frozenset(
 def allow_unordered_collectives(extra_op_types=()):
     """Registers tfring's op types, and `extra_op_types` (the benchmarks' stand-ins for
     them), as order-insensitive stateful ops (idempotent)."""
-    try:
-        from tensorflow.python.framework import auto_control_deps
-        current = auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS
-    except (ImportError, AttributeError):
+    from tfring._adapters import tf_internals
+
+    if not tf_internals.add_order_insensitive_ops(UNORDERED_OP_TYPES | frozenset(extra_op_types)):
         logging.getLogger("tfring").warning(
             "tfring: this TensorFlow has no MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS; "
             "collectives inside tf.function run one at a time and are not fused.")
-        return
-    auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = (
-        frozenset(current) | UNORDERED_OP_TYPES | frozenset(extra_op_types))

@@ -13,19 +13,13 @@ as for any op it runs.
 """
 
 from tfring import _library
+from tfring._adapters import tf_internals
 
-try:  # TensorFlow's internals that its generated op wrappers use, in every 2.x release
-    from tensorflow.python import pywrap_tfe as _pywrap_tfe
-    from tensorflow.python.eager import context as _context
-    from tensorflow.python.eager import core as _core
-    from tensorflow.python.framework import ops as _tf_ops
-
-    _NotOkStatus, _Fallback = _core._NotOkStatusException, _core._FallbackException
-    _raise_from_not_ok_status = _tf_ops.raise_from_not_ok_status
-    if not hasattr(_context, "_context"):  # the wrappers' way to the eager context
-        raise AttributeError("tensorflow.python.eager.context._context")
-except (ImportError, AttributeError):  # pragma: no cover - then the wrapper's path
-    _pywrap_tfe = None
+# TensorFlow's internals that its generated op wrappers use, in every 2.x release (None:
+# then the wrapper's path).
+_FAST_PATH = tf_internals.fast_path()
+if _FAST_PATH is not None:
+    _execute, _eager_context, _NotOkStatus, _Fallback, _raise_from_not_ok_status = _FAST_PATH
 
 
 def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name, call_site,
@@ -34,12 +28,12 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
     attribute, empty for all ranks; `world`: its process_set_world, process_sets.py); what
     `_library.ops().tfring_allreduce` returns."""
     prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
-    if _pywrap_tfe is not None:
+    if _FAST_PATH is not None:
         # Every attribute, as the generated wrapper passes them: a gradient function reads
         # the op's attributes from what was passed here (the tape records no defaults).
         try:
-            return _pywrap_tfe.TFE_Py_FastPathExecute(
-                _context._context or _context.context(), "TfringAllreduce", None, tensor,
+            return _execute(
+                _eager_context(), "TfringAllreduce", None, tensor,
                 "reduce_op", reduce_op, "tensor_name", tensor_name,
                 "prescale_factor", prescale_factor, "postscale_factor", postscale_factor,
                 "call_site", call_site, "process_set", ranks, "process_set_world", world,

@@ -29,6 +29,7 @@ MAX_NP = "TFRING_ELASTIC_MAX_NP"
 MIN_NP = "TFRING_ELASTIC_MIN_NP"
 TIMEOUT = "TFRING_ELASTIC_TIMEOUT"
 START_TIMEOUT = "TFRING_ELASTIC_START_TIMEOUT"
+EXPORTED_LIST = "TFRING_ELASTIC_EXPORTED"  # tfringrun/exports.py sets it
 # How long a rank 0 short of --min-np waits between readings of the hosts file.
 POLL_SECONDS = 0.5
 
@@ -267,11 +268,11 @@ def start_timeout_seconds():
 
 def spawn_environment(environ=os.environ):
     """What a spawned worker is given of this one's environment ("NAME=value" arguments of
-    env(1)): what tfringrun exported to the first workers, for mpirun's -x does not reach
-    spawned ones. Not NCCL_HOSTID, which names the host of the process that has it."""
-    from tfringrun.exports import exported_names
-
-    return [f"{k}={environ[k]}" for k in exported_names(environ) if k != "NCCL_HOSTID"]
+    env(1)): what tfringrun exported to the first workers (it lists their names in
+    EXPORTED_LIST), for mpirun's -x does not reach spawned ones. Not NCCL_HOSTID, which
+    names the host of the process that has it."""
+    names = {n for n in environ.get(EXPORTED_LIST, "").split(",") if n in environ}
+    return [f"{k}={environ[k]}" for k in sorted(names) if k != "NCCL_HOSTID"]
 
 
 def _int_env(key):

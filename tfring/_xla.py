@@ -25,11 +25,11 @@ LOWERED_OPS = frozenset({"tfring_allreduce", "tfring_grouped_allreduce", "tfring
 
 def in_xla_context():
     """True while TF traces a function that XLA must compile (jit_compile=True)."""
-    from tensorflow.python.ops import control_flow_util
+    from tfring._adapters import tf_internals
 
     if tf.executing_eagerly():
         return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return tf_internals.in_xla_context(tf.compat.v1.get_default_graph())
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _elastic_exit, _init, process_sets, runtime
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring._elastic_exit import JobCannotGoOn, PeerHung  # noqa: F401 (public here)
 from tfring.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
@@ -112,10 +113,7 @@ class ObjectState(State):
 def _build_optimizer(optimizer, model):
     if optimizer is None or not hasattr(optimizer, "build"):
         return
-    built = getattr(optimizer, "built", None)  # Keras 3
-    if built is None:
-        built = getattr(optimizer, "_built", False)  # tf_keras
-    if not built:
+    if not tf_keras_hooks.is_built(optimizer):  # Keras 3's `built`, tf_keras's own
         optimizer.build(model.trainable_variables)
 
 
@@ -228,13 +226,13 @@ class TensorFlowState(ObjectState):
 
 
 def _lost_a_worker(error):
-    """Whether `error` says tfring stopped because a peer was lost (UnavailableError)."""
+    """Whether `error` is tfring's failure for a lost peer: UnavailableError from a collective
+    (or Horovod's HorovodInternalError), or, inside a tf.function (Keras's train step), the
+    InternalError that TensorFlow turns it into (to keep it from its own network-error
+    handling), told apart from other internal errors by the runtime's own record."""
     if isinstance(error, (tf.errors.UnavailableError, HorovodInternalError)):
         return True
-    # Inside a tf.function (Keras's train step) TensorFlow hands an op's UnavailableError on
-    # as an InternalError, saying so, to keep it from its own network-error handling.
-    return (isinstance(error, tf.errors.InternalError) and
-            "originally returned UnavailableError" in str(error))
+    return isinstance(error, tf.errors.InternalError) and runtime.peer_lost()
 
 
 class _Limits:

@@ -126,6 +126,12 @@ def is_initialized():
     return bool(_library.capi().tfring_is_initialized())
 
 
+def peer_lost():
+    """True when the running runtime lost a peer (one died or stopped answering) and failed
+    its collectives for that; False before init() and after shutdown()."""
+    return bool(_library.capi().tfring_peer_lost())
+
+
 def not_initialized(what):
     """The ValueError (Horovod's type) for `what` asked before `init()`, with the library's
     own message (common/status.h, NotInitialized)."""

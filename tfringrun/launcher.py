@@ -333,6 +333,11 @@ def build_command(args, env, mpirun, flavor, is_root):
     if args.np is not None:
         cmd += ["-np", str(args.np)]
     exported = exports.exported_names(env)
+    if is_elastic(args):
+        # The names, for the workers an elastic job spawns later (the library reads the
+        # list, not this launcher's code: tfring/_elastic_members.py).
+        env[exports.EXPORTED_LIST] = ",".join(exported + [exports.EXPORTED_LIST])
+        exported = exported + [exports.EXPORTED_LIST]
     if flavor == "openmpi":
         if is_root:  # Open MPI refuses root unless told twice
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

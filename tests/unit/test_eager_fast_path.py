@@ -2,8 +2,6 @@
 (tfring/_eager_call.py), and behaves as it did through the generated op wrapper: results,
 gradients, errors, and the wrapper's path where the fast one declines."""
 
-import types
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -55,8 +53,7 @@ def test_where_the_fast_path_declines_the_wrapper_computes_the_same(monkeypatch)
     def decline(*args):
         raise _eager_call._Fallback("declined")
 
-    monkeypatch.setattr(_eager_call, "_pywrap_tfe",
-                        types.SimpleNamespace(TFE_Py_FastPathExecute=decline))
+    monkeypatch.setattr(_eager_call, "_execute", decline)
     got = tfring.allreduce(tf.constant([4.0]), op=tfring.Sum, postscale_factor=0.25,
                            name="fast.declined")
     np.testing.assert_array_equal(got.numpy(), [1.0])

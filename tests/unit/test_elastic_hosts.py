@@ -120,10 +120,21 @@ def test_limits_name_the_timeout_when_discovery_offered_too_little():
 
 
 def test_spawned_workers_get_the_settings_tfringrun_exported():
+    from tfringrun import exports, launcher
+
     env = {"TFRING_FUSION_THRESHOLD": "0", "PATH": "/v/bin", "HOME": "/root",
            "NCCL_HOSTID": "rank-0", "NCCL_NET": "Socket", "PYTHONPATH": "a\nb"}
-    assert members.spawn_environment(env) == [
-        "NCCL_NET=Socket", "PATH=/v/bin", "PYTHONPATH=a\nb", "TFRING_FUSION_THRESHOLD=0"]
+    # What tfringrun's elastic command gives the first workers: the list among the rest.
+    _, launched = launcher.build_command(
+        launcher.parse_args(["-np", "2", "--min-np", "1", "python", "t.py"]), env, "mpirun",
+        "openmpi", is_root=False)
+    assert exports.EXPORTED_LIST == members.EXPORTED_LIST
+    worker = dict(launched, OMPI_COMM_WORLD_RANK="0")  # mpirun's own: not passed on
+    assert members.spawn_environment(worker) == [
+        "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "NCCL_NET=Socket", "PATH=/v/bin",
+        "PYTHONPATH=a\nb", f"{exports.EXPORTED_LIST}={launched[exports.EXPORTED_LIST]}",
+        "TFRING_ELASTIC_MIN_NP=1", "TFRING_FUSION_THRESHOLD=0"]
+    assert members.spawn_environment(env) == []  # not started by tfringrun: nothing listed
 
 
 def test_the_finalize_deadline_is_read_from_its_setting():
@@ -234,3 +245,29 @@ def test_the_reset_limit_counts_the_jobs_resets_from_rank_0(monkeypatch):
     with pytest.raises(elastic.JobCannotGoOn, match=r"after 2 reset\(s\), and --reset-limit 2"):
         train(state)
     assert "re-form" not in events
+
+
+def test_a_lost_worker_is_told_by_the_runtimes_record_not_by_words(monkeypatch):
+    # Inside a tf.function TensorFlow turns the collective's UnavailableError into an
+    # InternalError; the runtime's record of a lost peer, not the message, says it was one.
+    import tensorflow as tf
+
+    from tfring import elastic, runtime
+
+    internal = tf.errors.InternalError(None, None, "op originally returned UnavailableError")
+    monkeypatch.setattr(runtime, "peer_lost", lambda: False)
+    assert not elastic._lost_a_worker(internal)  # the words alone: some other failure
+    monkeypatch.setattr(runtime, "peer_lost", lambda: True)
+    assert elastic._lost_a_worker(tf.errors.InternalError(None, None, "anything"))
+    assert elastic._lost_a_worker(tf.errors.UnavailableError(None, None, "peer lost"))
+    assert not elastic._lost_a_worker(tf.errors.InvalidArgumentError(None, None, "bad shape"))
+
+
+def test_no_peer_is_lost_in_a_healthy_runtime():
+    import tfring
+    from tfring import runtime
+
+    tfring.init()
+    assert runtime.peer_lost() is False
+    tfring.shutdown()
+    assert runtime.peer_lost() is False

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import collectives, functions, runtime
+from tfring._adapters import keras3
 from tfring.keras import _callback_util as util
 from tfring.keras import _tf_keras
 
@@ -77,6 +78,6 @@ def optimizer_variables(optimizer):
     sharded = getattr(optimizer, "_sharded", None)
     if sharded is not None:
         # The Keras 3 wrapper's own variables too; a tf_keras optimizer is hooked in place.
-        own = [] if _tf_keras.is_tf_keras_optimizer(optimizer) else list(optimizer._variables)
+        own = [] if _tf_keras.is_tf_keras_optimizer(optimizer) else keras3.own_variables(optimizer)
         return own + sharded.replicated_variables()
     return _tf_keras.all_variables(optimizer)

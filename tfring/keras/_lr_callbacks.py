@@ -4,23 +4,27 @@ momentum correction for SGD."""
 
 import math
 import numbers
+import sys
 import warnings
 
 import tensorflow as tf
 
 from tfring import runtime
+from tfring._adapters import keras3
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _callback_util as util
 from tfring.keras import _epoch_end
 
-# SGD classes whose momentum buffers hold learning_rate * gradient (velocity form), so that
+# SGD, whose momentum buffers hold learning_rate * gradient (velocity form), so that
 # scaling them by new_lr / old_lr is Goyal et al.'s momentum correction. Other optimizers
 # with a "momentums" attribute (Lion, Muon) keep plain gradient averages: never scale those.
-_SGD_CLASSES = frozenset([
-    ("keras.src.optimizers.sgd", "SGD"),
-    ("tf_keras.src.optimizers.sgd", "SGD"),
-    ("tf_keras.src.optimizers.legacy.gradient_descent", "SGD"),
-])
-
+def _sgd_classes():
+    import keras
+    classes = [keras.optimizers.SGD]
+    if "tf_keras" in sys.modules:  # imported by whoever made a tf_keras optimizer
+        import tf_keras
+        classes += [tf_keras.optimizers.SGD, tf_keras.optimizers.legacy.SGD]
+    return tuple(classes)
 
 
 def _is_schedule(value):
@@ -33,9 +37,8 @@ def _is_schedule(value):
 def _learning_rate_schedule(optimizer):
     """The schedule that drives the optimizer's learning rate, or None for a float one."""
     inner = util.innermost(optimizer)
-    hypers = getattr(inner, "_hyper", None)  # legacy tf_keras keeps it among its hypers
-    candidates = [optimizer.learning_rate, getattr(inner, "_learning_rate", None),
-                  hypers.get("learning_rate") if isinstance(hypers, dict) else None]
+    candidates = [optimizer.learning_rate, keras3.learning_rate_schedule(inner),
+                  tf_keras_hooks.legacy_learning_rate(inner)]
     return next((c for c in candidates if _is_schedule(c)), None)
 
 
@@ -55,7 +58,7 @@ def _momentum_value(optimizer):
 
 
 def _is_sgd(optimizer):
-    return any((cls.__module__, cls.__name__) in _SGD_CLASSES for cls in type(optimizer).__mro__)
+    return isinstance(optimizer, _sgd_classes())
 
 
 def _sgd_momentum_buffers(optimizer, model):
@@ -148,7 +151,7 @@ class LearningRateScheduleCallback(_epoch_end.EndEpochTogether, util.NoXlaMixin,
         self.current_epoch = None
         self._steps = steps_per_epoch
         self._correction = _MomentumCorrection(type(self).__name__)
-        self._supports_tf_logs = True  # tf_keras: it never reads batch logs
+        tf_keras_hooks.skip_logs_conversion(self)  # it never reads batch logs
 
     @staticmethod
     def _multiplier_function(multiplier, staircase):

@@ -18,6 +18,8 @@ import keras
 import tensorflow as tf
 
 from tfring import _sharded_state, collectives, runtime
+from tfring._adapters import keras3
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded_checkpoint, _tf_keras
 from tfring.process_sets import global_process_set
 
@@ -74,7 +76,7 @@ class ShardedKerasState:
                  new_variable=keras_variable):
         _refuse_ema(inner, kind)  # known now: refused at construction, not at the first step
         _refuse_not_elementwise(inner, kind)
-        self.inner = self._inner = inner
+        self._inner = inner
         self._new_variable = new_variable
         self._kind = kind
         self._options = dict(compression=compression, op=op,
@@ -134,20 +136,17 @@ class ShardedKerasState:
         decays = getattr(inner, "weight_decay", None) is not None
         self.update = _sharded_state.ShardedUpdate(
             variables, runtime.rank(), runtime.size(), self._kind,
-            group_of=(lambda v: inner._use_weight_decay(v)) if decays else (lambda v: None),
-            **self._options)
+            group_of=(lambda v: keras3.uses_weight_decay(inner, v)) if decays else
+            (lambda v: None), **self._options)
         self.blocks = []
         for g, layout in enumerate(self.update.layouts):
             self.blocks.append(self._new_variable(tf.zeros([layout.length], layout.dtype),
                                                   f"tfring_block{g}"))
         if decays:
-            excluded = {inner._var_key(b) for b, (_, decay) in zip(self.blocks, self.update.group_keys)
-                        if not decay}
-            inner._exclude_from_weight_decay = set(
-                getattr(inner, "_exclude_from_weight_decay", set())) | excluded
-            inner._exclude_from_weight_decay_cache = {}
+            keras3.exclude_from_weight_decay(inner, [
+                b for b, (_, decay) in zip(self.blocks, self.update.group_keys) if not decay])
             for block, (_, decay) in zip(self.blocks, self.update.group_keys):
-                if decay and not inner._use_weight_decay(block):
+                if decay and not keras3.uses_weight_decay(inner, block):
                     raise ValueError(
                         f"{self._kind}: the optimizer's exclude_from_weight_decay names match "
                         f"tfring's block variable '{block.name}'; with shard_optimizer_state="
@@ -209,28 +208,10 @@ class ShardedKerasState:
                 return [g * tf.cast(scale, g.dtype) for g in grads]
             return None
 
-        if hasattr(inner, "_clip_gradients"):  # Keras 3, tf_keras
-            own_clip = inner._clip_gradients
-
-            def clip_gradients(grads):
-                clipped = clip_norms(grads)
-                # Otherwise clipvalue (element by element), or none.
-                return own_clip(grads) if clipped is None else clipped
-
-            inner._clip_gradients = clip_gradients
+        if keras3.replace_gradient_clipping(inner, clip_norms):  # Keras 3, tf_keras
             return
-
-        def clip_pairs(grads_and_vars):
-            # tf_keras's legacy optimizers clip (gradient, variable) pairs, each kind of
-            # clipping in a function of its own (clipvalue's is element by element).
-            pairs = list(grads_and_vars)
-            clipped = clip_norms([g for g, _ in pairs])
-            return pairs if clipped is None else list(zip(clipped, [v for _, v in pairs]))
-
-        if inner.clipnorm is not None:
-            inner._clipnorm_fn = clip_pairs
-        if inner.global_clipnorm is not None:
-            inner._global_clipnorm_fn = clip_pairs
+        # tf_keras's legacy optimizers clip (gradient, variable) pairs.
+        tf_keras_hooks.replace_legacy_clipping(inner, clip_norms)
 
     def step(self, grads, variables, apply_fn):
         """Reduces `grads` (one per model variable) into blocks, applies them with

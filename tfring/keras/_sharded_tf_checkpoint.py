@@ -17,11 +17,11 @@ replaced:
 """
 
 import tensorflow as tf
-# SaveSpec: a checkpointed value made only when a save writes it (no public name).
-from tensorflow.python.training.saving import saveable_object
+
+from tfring._adapters import tf_internals
 
 
-class GatheredSlot(tf.__internal__.tracking.Trackable):
+class GatheredSlot(tf_internals.Trackable):
     """One slot of one model variable, whole, in a checkpoint; this rank's blocks of it in
     memory."""
 
@@ -41,8 +41,8 @@ class GatheredSlot(tf.__internal__.tracking.Trackable):
             return tf.py_function(lambda: self._checkpoint.value_to_save(self._index), [],
                                   dtype)
 
-        return {"VARIABLE_VALUE": saveable_object.SaveSpec(value, "", "", dtype=dtype,
-                                                           device="/device:CPU:0")}
+        return {"VARIABLE_VALUE": tf_internals.save_spec(value, "", "", dtype=dtype,
+                                                         device="/device:CPU:0")}
 
     def _restore_from_tensors(self, restored_tensors):
         # TensorFlow restores inside a function too: the blocks are assigned when it runs.
@@ -53,7 +53,7 @@ class GatheredSlot(tf.__internal__.tracking.Trackable):
         return tf.py_function(restore, [restored_tensors["VARIABLE_VALUE"]], tf.bool)
 
 
-class _Mirror(tf.__internal__.tracking.Trackable):
+class _Mirror(tf_internals.Trackable):
     """An object whose checkpoint children are given (the wrapped optimizer, unsharded)."""
 
     def __init__(self, children):
@@ -81,10 +81,10 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
         if id(child) in replace:
             return replace[id(child)]
         if isinstance(child, (list, tuple)):
-            return tf.__internal__.tracking.wrap([convert(c) for c in child])
+            return tf_internals.wrap_trackable([convert(c) for c in child])
         if isinstance(child, dict) or hasattr(child, "items"):
-            return tf.__internal__.tracking.wrap({k: convert(v) for k, v in child.items()})
-        if not isinstance(child, tf.__internal__.tracking.Trackable):
+            return tf_internals.wrap_trackable({k: convert(v) for k, v in child.items()})
+        if not isinstance(child, tf_internals.Trackable):
             return child  # a plain value in a tracked dict (tf_keras's _index_dict): unsaved
         raise ValueError(f"shard_optimizer_state=True cannot checkpoint the optimizer's "
                          f"{type(child).__name__} with tf.train.Checkpoint")

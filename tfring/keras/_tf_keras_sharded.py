@@ -16,6 +16,7 @@ children, and HDF5 files through a hook on tf_keras's writer and through set_wei
 
 import tensorflow as tf
 
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded, _tf_keras, _xla
 
 _KIND = "keras.DistributedOptimizer.sharded"
@@ -66,7 +67,7 @@ def _hdf5_writes_whole_state():
     (once, for every optimizer) to write a sharded optimizer's whole state instead, gathered
     as .keras files have it, under the unsharded names; loading calls `set_weights`, which
     a sharded optimizer takes whole (distribute() below)."""
-    from tf_keras.src.saving.legacy import hdf5_format
+    hdf5_format = tf_keras_hooks.hdf5_format()
     own = hdf5_format.save_optimizer_weights_to_hdf5_group
     if getattr(own, "tfring_sharded", False):
         return

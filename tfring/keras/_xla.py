@@ -18,6 +18,7 @@ with an error that says what to change.
 import warnings
 
 from tfring import _xla
+from tfring._adapters import keras3
 
 _WARNED = set()
 
@@ -28,25 +29,17 @@ def install_keras_jit_guard(is_distributed):
 
     Returns False (and changes nothing) when this Keras has no such function to extend.
     """
-    try:
-        from keras.src.trainers import trainer as trainer_module
-        original = trainer_module.model_supports_jit
-    except (ImportError, AttributeError):
-        return False
-    if getattr(original, "_tfring_guard", False):
-        return True
+    def guard(original):
+        def model_supports_jit(model):
+            optimizer = getattr(model, "optimizer", None)
+            if optimizer is not None and is_distributed(optimizer):
+                if not _xla.available():
+                    _warn_once(model, "tfring.keras.DistributedOptimizer")
+                    return False
+            return original(model)
+        return model_supports_jit
 
-    def model_supports_jit(model):
-        optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None and is_distributed(optimizer):
-            if not _xla.available():
-                _warn_once(model, "tfring.keras.DistributedOptimizer")
-                return False
-        return original(model)
-
-    model_supports_jit._tfring_guard = True
-    trainer_module.model_supports_jit = model_supports_jit
-    return True
+    return keras3.wrap_model_supports_jit(guard)
 
 
 def _warn_once(model, who):

@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _gradients, functions, runtime
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _callback_util as util
 from tfring.keras import _epoch_end, _values
 from tfring.keras._lr_callbacks import LearningRateScheduleCallback, LearningRateWarmupCallback
@@ -58,9 +59,7 @@ __all__ = [
 
 # BroadcastGlobalVariablesCallback
 
-def _is_built(optimizer):
-    built = getattr(optimizer, "built", None)
-    return bool(getattr(optimizer, "_built", False) if built is None else built)
+_is_built = tf_keras_hooks.is_built
 
 
 def _build_optimizer(optimizer, model):
@@ -113,7 +112,7 @@ class BroadcastGlobalVariablesCallback(_epoch_end.EndEpochTogether, util.NoXlaMi
         self.broadcast_done = False
         self._model_pending = True
         self._optimizer_pending = True
-        self._supports_tf_logs = True  # tf_keras: it never reads logs, skip their conversion
+        tf_keras_hooks.skip_logs_conversion(self)  # it never reads logs
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:

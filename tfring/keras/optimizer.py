@@ -23,13 +23,12 @@ import keras
 import tensorflow as tf
 
 from tfring import _accumulation, _gradients, collectives, functions
+from tfring._adapters import keras3, tf_internals
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
 from tfring.keras import _sharded, _tf_keras, _tf_keras_sharded, _xla
 
 _KIND = "keras.DistributedOptimizer"
-# tf.train.Checkpoint saves what each object holds, and a rank holds its blocks only: refused
-# (Keras's saving writes the whole state, _sharded_checkpoint.py), not written wrong.
 _COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
@@ -247,7 +246,7 @@ class _DistributedMixin:
     # optimizer writes: its own variables (_saved_own_variables), then the wrapped
     # optimizer's, whole and in its unsharded order where the state is sharded.
     def _saved_own_variables(self):
-        return list(self._variables)
+        return keras3.own_variables(self)
 
     def save_own_variables(self, store):
         own = [v.numpy() for v in self._saved_own_variables()]
@@ -263,7 +262,7 @@ class _DistributedMixin:
         own = self._saved_own_variables()
         inner = (len(self.inner_optimizer.variables) if self._sharded is None
                  else self._sharded.saved_count())
-        unused = len(self._variables) - len(own)
+        unused = len(keras3.own_variables(self)) - len(own)
         if unused and len(values) == unused + len(own) + inner:
             values = values[unused:]  # a file that also saved the unused ones, first: skip them
         if len(values) != len(own) + inner and self._sharded is None:
@@ -331,7 +330,7 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
 
     @property
     def variables(self):
-        return self._variables + self.inner_optimizer.variables
+        return keras3.own_variables(self) + self.inner_optimizer.variables
 
     def _saved_own_variables(self):
         # None: the wrapper's step counter and learning rate are unused (the wrapped
@@ -431,7 +430,7 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
                 if getattr(self, "_checkpointed_model_variables", None) is None:
                     # One object, kept: a checkpoint matches objects by identity.
                     object.__setattr__(self, "_checkpointed_model_variables",
-                                       tf.__internal__.tracking.wrap(
+                                       tf_internals.wrap_trackable(
                                            list(self._model_variables)))
                 children["_trainable_variables"] = self._checkpointed_model_variables
         return children

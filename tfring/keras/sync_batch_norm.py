@@ -76,29 +76,36 @@ def _check_fused(fused):
                          "fused kernel cannot synchronize its statistics over ranks.")
 
 
-if legacy_keras_active():
-    import tf_keras as _keras
+def _moments_of(inputs, axes, mask):
+    """The global moments, where a mask (batch, time) weighs each step's features."""
+    weights = None if mask is None else tf.expand_dims(tf.cast(mask, inputs.dtype), -1)
+    return global_moments(inputs, axes, weights)
 
-    class SyncBatchNormalization(_keras.layers.BatchNormalization):
+
+if legacy_keras_active():
+    from tfring._adapters import tf_keras as _hooks
+
+    def _tf_keras_moments(inputs, reduction_axes, keep_dims, mask=None):
+        mean, variance = _moments_of(inputs, reduction_axes, mask)
+        if keep_dims:
+            mean = _expand(mean, reduction_axes, inputs)
+            variance = _expand(variance, reduction_axes, inputs)
+        return mean, variance
+
+    class SyncBatchNormalization(_hooks.batch_norm_with_moments(_tf_keras_moments)):
         """Batch normalization over the global batch of every rank (tf_keras)."""
 
         def __init__(self, fused=False, **kwargs):
             _check_fused(fused)
             kwargs.setdefault("name", "sync_batch_normalization")
             super().__init__(fused=False, **kwargs)
-
-        def _calculate_mean_and_var(self, inputs, reduction_axes, keep_dims, mask=None):
-            weights = None if mask is None else tf.expand_dims(tf.cast(mask, inputs.dtype), -1)
-            mean, variance = global_moments(inputs, reduction_axes, weights)
-            if keep_dims:
-                mean = _expand(mean, reduction_axes, inputs)
-                variance = _expand(variance, reduction_axes, inputs)
-            return mean, variance
 else:
     import keras as _keras
 
+    from tfring._adapters import keras3 as _hooks
+
     @_keras.saving.register_keras_serializable(package="tfring")
-    class SyncBatchNormalization(_keras.layers.BatchNormalization):
+    class SyncBatchNormalization(_hooks.batch_norm_with_moments(_moments_of)):
         """Batch normalization over the global batch of every rank (Keras 3)."""
 
         def __init__(self, fused=False, **kwargs):
@@ -107,7 +114,3 @@ else:
             kwargs.pop("synchronized", None)  # tf.distribute's sync: tfring does it instead
             _drop_keras2_only(kwargs)
             super().__init__(**kwargs)
-
-        def _moments(self, inputs, mask):
-            weights = None if mask is None else tf.expand_dims(tf.cast(mask, inputs.dtype), -1)
-            return global_moments(inputs, self._reduction_axes, weights)

@@ -41,8 +41,6 @@ bool IsFloatingPoint(DataType dtype) {
          dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
 }
 
-bool IsReducible(DataType dtype) { return dtype != DataType::kBool; }
-
 bool IsValidReduceOp(int value) {
   return value == 0 || value == 1 || value == 3 || value == 4 || value == 5;
 }

@@ -59,8 +59,6 @@ enum class CollectiveKind : uint8_t {
 size_t DataTypeSize(DataType dtype);
 const char* DataTypeName(DataType dtype);
 bool IsFloatingPoint(DataType dtype);
-// Whether `dtype` can be reduced (bool cannot; it can be gathered and broadcast).
-bool IsReducible(DataType dtype);
 bool IsValidReduceOp(int value);
 const char* ReduceOpName(ReduceOp op);
 const char* CollectiveKindName(CollectiveKind kind);

@@ -1,5 +1,6 @@
 // What ranks tell rank 0 (Requests) and what rank 0 tells every rank (Responses), and the
-// byte encoding both travel in. Plain structs; no behaviour beyond comparison and encoding.
+// byte encoding both travel in: plain structs, the encoding and its checked decoding, and
+// the pure functions every layer asks of them (set membership, sizes, the shared messages).
 #pragma once
 
 #include <cstdint>

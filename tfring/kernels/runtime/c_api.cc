@@ -46,6 +46,7 @@ void tfring_atexit_within(double seconds, int finalize_anyway, int exit_status,
   GlobalRuntime::Get().AtExitWithin(seconds, finalize_anyway != 0, exit_status, message);
 }
 int tfring_is_initialized() { return GlobalRuntime::Get().initialized() ? 1 : 0; }
+int tfring_peer_lost() { return GlobalRuntime::Get().peer_lost() ? 1 : 0; }
 int tfring_rank() { return Layout(&tfring::ProcessLayout::rank); }
 int tfring_size() { return Layout(&tfring::ProcessLayout::size); }
 int tfring_local_rank() { return Layout(&tfring::ProcessLayout::local_rank); }

@@ -271,6 +271,11 @@ bool GlobalRuntime::initialized() {
   return coordinator_ != nullptr;
 }
 
+bool GlobalRuntime::peer_lost() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return coordinator_ != nullptr && coordinator_->peer_lost();
+}
+
 bool GlobalRuntime::mpi_threads_supported() {
   std::lock_guard<std::mutex> lock(mutex_);
   return coordinator_ != nullptr && mpi_->threads_supported();

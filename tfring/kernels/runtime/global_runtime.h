@@ -33,6 +33,10 @@ class GlobalRuntime {
   void AtExitWithin(double seconds, bool finalize_anyway, int exit_status,
                     const std::string& message);
   bool initialized();
+  // Whether the running (or last failed) runtime lost a peer: one died or stopped
+  // answering, and its collectives failed for that (tfring.elastic re-forms the job then).
+  // False after shutdown() and before init().
+  bool peer_lost();
   ProcessLayout layout();  // valid once initialized
 
   // What an op needs of the running runtime, taken under one lock: the coordinator (a

@@ -36,7 +36,6 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
 }
 
 MpiBackend::~MpiBackend() {
-  if (abandoned_) return;
   own_.Free();
   MPI_Comm_free(&comm_);
   if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);

@@ -42,9 +42,6 @@ class MpiBackend : public Backend {
   Status Alltoall(const void* in, const std::vector<int64_t>& send_bytes, void* out,
                   const std::vector<int64_t>& recv_bytes) override;
 
-  // Call when a peer is lost: the communicator must then not be freed.
-  void Abandon() { abandoned_ = true; }
-
  private:
   // The MPI op that reduces `dtype` with `op`: tfring's own where it has one.
   MPI_Op OpFor(DataType dtype, ReduceOp op) const;
@@ -57,7 +54,6 @@ class MpiBackend : public Backend {
   MPI_Comm local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   MpiOwnOps own_;
-  bool abandoned_ = false;
   std::vector<char> ring_scratch_;  // RingReducescatter's two running sums
 };
 

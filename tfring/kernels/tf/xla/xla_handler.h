@@ -8,10 +8,13 @@
 #include "tfring/kernels/core/entry.h"
 #include "xla/ffi/api/ffi.h"
 
-// Defined in TensorFlow's library (libtensorflow_cc), not declared in its public headers.
+// Defined in TensorFlow's library (libtensorflow_cc). ffi.h declares it from TF 2.22 on (FFI
+// API 0.4); older headers (TF 2.21: API 0.2) do not, so it is declared here for them.
+#if XLA_FFI_API_MAJOR == 0 && XLA_FFI_API_MINOR < 4
 namespace xla::ffi {
 const XLA_FFI_Api* GetXlaFfiApi();
 }  // namespace xla::ffi
+#endif
 
 namespace tfring {
 namespace xla_call {

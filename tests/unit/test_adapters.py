@@ -1,0 +1,99 @@
+"""The adapters that hold every private Keras/tf_keras/TensorFlow name tfring uses
+(tfring/_adapters): each hook is still there in the installed releases (a release that drops
+one fails here, naming itself and the hook, before a training test fails for it), no module
+outside the adapters imports a framework's private modules, and the hooks that decide
+numbers decide as Keras does."""
+
+import importlib.metadata
+import os
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from tfring._adapters import keras3, tf_internals, tf_keras
+
+TFRING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tfring")
+# Private modules and namespaces of the frameworks (only the adapters may spell them).
+PRIVATE_MODULES = re.compile(r"keras\.src\b|tf_keras\.src\b|tensorflow\.python\b|"
+                             r"tf\.__internal__\b")
+
+
+def _version(distribution):
+    for name in (distribution, distribution.replace("keras", "keras-nightly")):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return distribution
+
+
+@pytest.mark.parametrize("adapter,distribution", [
+    (keras3, "keras"), (tf_internals, "tensorflow-cpu"), (tf_keras, "tf_keras")],
+    ids=["keras3", "tf_internals", "tf_keras"])
+def test_every_hook_is_there_in_the_installed_release(adapter, distribution):
+    if adapter is tf_keras:
+        pytest.importorskip("tf_keras")
+    assert adapter.HOOKS
+    missing = [f"  {hook.name}: {problem}\n    (tfring uses it for: {hook.purpose}; the public "
+               f"API it waits for: {hook.waits_for})"
+               for hook in adapter.HOOKS for problem in [hook.probe()] if problem]
+    assert not missing, (f"{_version(distribution)} lacks what tfring's "
+                         f"{adapter.__name__} relies on:\n" + "\n".join(missing))
+
+
+def test_no_module_outside_the_adapters_reaches_into_a_frameworks_private_modules():
+    found = []
+    for folder, _, files in os.walk(TFRING):
+        if os.path.basename(folder) == "_adapters":
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    for number, line in enumerate(f, 1):
+                        if PRIVATE_MODULES.search(line):
+                            found.append(f"{os.path.relpath(path, TFRING)}:{number}: {line.strip()}")
+    assert not found, "private framework modules used outside tfring/_adapters:\n" + \
+        "\n".join(found)
+
+
+def test_weight_decay_is_decided_from_the_settings_before_the_optimizer_is_built():
+    # As Keras decides it once built (3.16 refuses to be asked before): by variable and by
+    # name, for variables the optimizer is never built on (the model's, when the state is
+    # sharded over tfring's blocks).
+    dense, bias, other = (keras.Variable(np.zeros(2, np.float32), name=n)
+                          for n in ("dense_kernel", "dense_bias", "other"))
+    optimizer = keras.optimizers.AdamW(weight_decay=0.1)
+    optimizer.exclude_from_weight_decay(var_list=[other], var_names=["bias"])
+    assert [keras3.uses_weight_decay(optimizer, v) for v in (dense, bias, other)] == \
+        [True, False, False]
+    block = keras.Variable(np.zeros(3, np.float32), name="tfring_block1")
+    keras3.exclude_from_weight_decay(optimizer, [block])
+    assert not keras3.uses_weight_decay(optimizer, block)
+    # What the user excluded stays excluded, and the optimizer built on the block agrees.
+    assert [keras3.uses_weight_decay(optimizer, v) for v in (dense, bias, other)] == \
+        [True, False, False]
+    kept = keras.Variable(np.zeros(3, np.float32), name="tfring_block0")
+    optimizer.build([kept, block])
+    assert keras3.uses_weight_decay(optimizer, kept)
+    assert not keras3.uses_weight_decay(optimizer, block)
+
+
+def test_clipping_is_replaced_and_the_optimizers_own_stays_for_what_is_left():
+    optimizer = keras.optimizers.SGD(clipvalue=0.5)
+    grads = [np.array([2.0, -2.0], np.float32)]
+    assert keras3.replace_gradient_clipping(optimizer, lambda g: None)  # clipvalue's turn
+    np.testing.assert_array_equal(np.asarray(optimizer._clip_gradients(grads)[0]), [0.5, -0.5])
+    assert keras3.replace_gradient_clipping(optimizer, lambda g: [x * 0 for x in g])
+    np.testing.assert_array_equal(np.asarray(optimizer._clip_gradients(grads)[0]), [0.0, 0.0])
+
+
+def test_own_variables_leave_out_a_wrapped_optimizers():
+    inner = keras.optimizers.SGD(0.1)
+    wrapper = keras.optimizers.LossScaleOptimizer(inner)
+    wrapper.build([keras.Variable(np.zeros(2, np.float32))])
+    own = keras3.own_variables(wrapper)
+    assert own and not any(v is w for v in own for w in inner.variables)
+    assert len(wrapper.variables) == len(own) + len(inner.variables)
