@@ -21,11 +21,8 @@ import signal
 import sys
 
 from tfring import _library, runtime
-
-TIMEOUT = "TFRING_ELASTIC_FINALIZE_TIMEOUT"
-# tfringrun's folder where each worker notes how it ended (tfringrun/launcher.py reads it):
-# under MPI's fault tolerance mpirun says 0 even when every worker died.
-STATUS_DIR = "TFRING_ELASTIC_STATUS_DIR"
+from tfring.common.elastic_environment import FINALIZE_TIMEOUT as TIMEOUT
+from tfring.common.elastic_environment import STATUS_DIR
 _armed = False
 
 

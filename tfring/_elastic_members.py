@@ -23,13 +23,9 @@ import sys
 import threading
 import time
 
-HOSTS_FILE = "TFRING_ELASTIC_HOSTS_FILE"
-START_HOSTS = "TFRING_ELASTIC_START_HOSTS"
-MAX_NP = "TFRING_ELASTIC_MAX_NP"
-MIN_NP = "TFRING_ELASTIC_MIN_NP"
-TIMEOUT = "TFRING_ELASTIC_TIMEOUT"
-START_TIMEOUT = "TFRING_ELASTIC_START_TIMEOUT"
-EXPORTED_LIST = "TFRING_ELASTIC_EXPORTED"  # tfringrun/exports.py sets it
+from tfring.common.elastic_environment import (  # noqa: F401  (tests read them here)
+    EXPORTED_LIST, HOSTS_FILE, MAX_NP, MIN_NP, START_HOSTS, START_TIMEOUT, TIMEOUT)
+
 # How long a rank 0 short of --min-np waits between readings of the hosts file.
 POLL_SECONDS = 0.5
 

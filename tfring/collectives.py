@@ -12,6 +12,7 @@ data are in tfring/_data_movement.py, below tfring/adasum.py.
 import tensorflow as tf
 
 from tfring import _eager_call, adasum as _adasum, naming
+from tfring._adapters import tf_internals
 from tfring._data_movement import (  # noqa: F401  (exported here, Horovod's module)
     allgather, alltoall, barrier, broadcast, grouped_allgather, join)
 from tfring._op_support import (  # noqa: F401  (the reduce ops are exported here)
@@ -20,6 +21,8 @@ from tfring._op_support import (  # noqa: F401  (the reduce ops are exported her
     resolve_op, run_op, set_size)
 from tfring.compression import Compression
 from tfring.process_sets import global_process_set
+
+_dtype_enum = tf_internals.eager_dtype_enum
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
@@ -108,7 +111,7 @@ def _eager_allreduce(tensor, op, prescale_factor, postscale_factor, name, proces
         else:
             call_site, display = naming.eager_unnamed("allreduce", 2)  # allreduce's caller
             tensor_name, cacheable = "", False
-        if tensor._datatype_enum() not in REDUCIBLE_ENUMS:
+        if _dtype_enum(tensor) not in REDUCIBLE_ENUMS:
             check_dtype(tensor, REDUCIBLE, "allreduce", display)
         ranks = () if process_set is global_process_set else process_set._op_ranks(
             "tfring.allreduce")

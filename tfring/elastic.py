@@ -29,6 +29,7 @@ import tensorflow as tf
 from tfring import _elastic_exit, _init, process_sets, runtime
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring._elastic_exit import JobCannotGoOn, PeerHung  # noqa: F401 (public here)
+from tfring.common import elastic_environment
 from tfring.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from tfring._elastic_members import MEMBERS, discovery_active, timeout_seconds
 from tfring.functions import broadcast_object, broadcast_object_fn, broadcast_variables
@@ -239,8 +240,8 @@ class _Limits:
     """tfringrun's --min-np and --reset-limit, which it passes on in the environment."""
 
     def __init__(self, environ=os.environ):
-        self.min_np = self._read(environ, "TFRING_ELASTIC_MIN_NP")
-        self.reset_limit = self._read(environ, "TFRING_ELASTIC_RESET_LIMIT")
+        self.min_np = self._read(environ, elastic_environment.MIN_NP)
+        self.reset_limit = self._read(environ, elastic_environment.RESET_LIMIT)
 
     @staticmethod
     def _read(environ, key):

@@ -16,6 +16,7 @@ import inspect
 import tensorflow as tf
 
 from tfring import _accumulation, _adasum_delta, _gradients, collectives
+from tfring._adapters import tf_internals
 from tfring.compression import Compression
 from tfring.functions import broadcast_global_variables  # noqa: F401  (exported here too)
 from tfring.process_sets import global_process_set
@@ -129,7 +130,8 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
                              "apply_gradients, so it knows which runs are update steps.")
         grads_and_vars = list(grads_and_vars)
         with tf.init_scope():  # slots are variables: create them outside the tf.cond
-            self._optimizer._create_slots([v for g, v in grads_and_vars if g is not None])
+            tf_internals.create_tf1_slots(self._optimizer,
+                                          [v for g, v in grads_and_vars if g is not None])
         return _accumulation.apply_on_update_step(
             is_update, lambda: self._optimizer.apply_gradients(grads_and_vars, global_step, name))
 

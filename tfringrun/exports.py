@@ -2,12 +2,11 @@
 settings, and what makes `python` there the same Python with the same packages. tfringrun
 exports them to the first workers (mpirun -x); an elastic job hands them to the workers it
 starts later (tfring/_elastic_members.py), which mpirun's -x does not reach: tfringrun lists
-their names in EXPORTED_LIST for that, so that the library needs nothing of the launcher."""
+their names in an environment variable for that (tfring/common/elastic_environment.py), so
+that the library needs nothing of the launcher."""
 
 EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")
 EXPORT_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "KERAS_BACKEND", "GLIBC_TUNABLES")
-# Where an elastic job's workers find the names exported to them (comma-separated).
-EXPORTED_LIST = "TFRING_ELASTIC_EXPORTED"
 
 
 def exported_names(env):

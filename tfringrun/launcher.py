@@ -27,7 +27,6 @@ import tempfile
 from tfringrun import discovery, exports, operators
 
 # tfring/_elastic_exit.py's name for it: where each elastic worker notes how it ended.
-STATUS_DIR = "TFRING_ELASTIC_STATUS_DIR"
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
 # screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
@@ -37,18 +36,31 @@ REBUILD_COMMAND = "python -m tfring.build"
 
 
 @functools.lru_cache(maxsize=None)
-def toolchain():
-    """tfring's build toolchain module, loaded without importing the tfring package."""
-    if "tfring.build.toolchain" in sys.modules:  # tfring is imported already (a test)
-        return sys.modules["tfring.build.toolchain"]
+def tfring_module(name):
+    """tfring's module `name` ("build.toolchain"), one of standard library only, loaded
+    without importing the tfring package."""
+    if f"tfring.{name}" in sys.modules:  # tfring is imported already (a test)
+        return sys.modules[f"tfring.{name}"]
     spec = importlib.util.find_spec("tfring")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("tfringrun: tfring is not installed in this Python")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "build", "toolchain.py")
-    module_spec = importlib.util.spec_from_file_location("_tfring_toolchain", path)
+    path = os.path.join(list(spec.submodule_search_locations)[0], *name.split(".")) + ".py"
+    module_spec = importlib.util.spec_from_file_location("_tfring_" + name.replace(".", "_"),
+                                                         path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+def toolchain():
+    """tfring's build toolchain module (where the build is, which MPI it uses)."""
+    return tfring_module("build.toolchain")
+
+
+def elastic_environment():
+    """The variables through which tfringrun tells an elastic job's workers what it was
+    asked, as the library reads them (tfring/common/elastic_environment.py)."""
+    return tfring_module("common.elastic_environment")
 
 
 def build_info():
@@ -271,14 +283,11 @@ def settings_env(args):
         env["TFRING_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
         env["TFRING_TIMELINE_MARK_CYCLES"] = "1"
-    if args.min_np is not None:
-        env["TFRING_ELASTIC_MIN_NP"] = str(args.min_np)
-    if args.reset_limit is not None:
-        env["TFRING_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
-    if args.max_np is not None:
-        env["TFRING_ELASTIC_MAX_NP"] = str(args.max_np)
-    if args.elastic_timeout is not None:
-        env["TFRING_ELASTIC_TIMEOUT"] = str(args.elastic_timeout)
+    names = elastic_environment()
+    for name, value in ((names.MIN_NP, args.min_np), (names.RESET_LIMIT, args.reset_limit),
+                        (names.MAX_NP, args.max_np), (names.TIMEOUT, args.elastic_timeout)):
+        if value is not None:
+            env[name] = str(value)
     return env
 
 
@@ -336,8 +345,9 @@ def build_command(args, env, mpirun, flavor, is_root):
     if is_elastic(args):
         # The names, for the workers an elastic job spawns later (the library reads the
         # list, not this launcher's code: tfring/_elastic_members.py).
-        env[exports.EXPORTED_LIST] = ",".join(exported + [exports.EXPORTED_LIST])
-        exported = exported + [exports.EXPORTED_LIST]
+        listed = elastic_environment().EXPORTED_LIST
+        env[listed] = ",".join(exported + [listed])
+        exported = exported + [listed]
     if flavor == "openmpi":
         if is_root:  # Open MPI refuses root unless told twice
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -394,8 +404,9 @@ def main(argv=None):
     loop = scratch = None
     if is_elastic(args):
         scratch = tempfile.mkdtemp(prefix="tfringrun-")
-        env[STATUS_DIR] = os.path.join(scratch, "ended")
-        os.mkdir(env[STATUS_DIR])
+        status_dir = elastic_environment().STATUS_DIR
+        env[status_dir] = os.path.join(scratch, "ended")
+        os.mkdir(env[status_dir])
     if args.host_discovery_script:
         loop = discovery.DiscoveryLoop(args.host_discovery_script,
                                        os.path.join(scratch, "hosts.json"), args.slots or 1)
@@ -408,7 +419,7 @@ def main(argv=None):
             loop.start()
         status = _run_forwarding_sigterm(cmd, env)
         if scratch:
-            status = elastic_status(status, env[STATUS_DIR])
+            status = elastic_status(status, env[status_dir])
         return status
     except KeyboardInterrupt:
         return 130
@@ -458,7 +469,8 @@ def start_discovered(args, loop):
     placed = discovery.assign_start(hosts, args.np, args.max_np)
     args.np = sum(count for _, count in placed)
     args.hosts = ",".join(f"{host}:{count}" for host, count in placed)
-    return {"TFRING_ELASTIC_HOSTS_FILE": loop.path, "TFRING_ELASTIC_START_HOSTS": args.hosts}
+    names = elastic_environment()
+    return {names.HOSTS_FILE: loop.path, names.START_HOSTS: args.hosts}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,9 @@
-"""`make compat`: install tfring beside each TensorFlow 2.16-2.21, let it build, smoke-test it.
+"""`make compat`: install tfring beside each TensorFlow 2.16-2.22, let it build, smoke-test it.
 
     python tools/compat.py                     # every release in RELEASES, then the full package
     python tools/compat.py --releases 2.16 2.21 --work /tmp/compat
     python tools/compat.py --keras floor       # each release with the oldest Keras it allows
+    python tools/compat.py --keras nightly     # each release with keras-nightly
 
 For each TensorFlow release it creates a virtual environment, installs that release's
 tensorflow-cpu (the newest patch, with the Keras 3 that pip resolves for it), then tfring from
@@ -32,13 +33,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "tools", "compat_smoke.py")
-RELEASES = ["2.16", "2.17", "2.18", "2.19", "2.20", "2.21"]
+RELEASES = ["2.16", "2.17", "2.18", "2.19", "2.20", "2.21", "2.22"]
+# Releases out only as candidates so far: pip takes their pre-releases (2.22.0rc0).
+CANDIDATES = {"2.22"}
 FULL_PACKAGE = "2.21"  # the release tried again with `tensorflow` instead of tensorflow-cpu
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 REPORT_PROBE = (
     "import importlib.metadata as m\n"
-    "for d in ('tensorflow', 'tensorflow-cpu', 'keras', 'tfring'):\n"
+    "for d in ('tensorflow', 'tensorflow-cpu', 'keras', 'keras-nightly', 'tfring'):\n"
     "    try: print(d, m.version(d))\n"
     "    except m.PackageNotFoundError: print(d, '-')\n")
 
@@ -84,8 +87,15 @@ def one_row(release, distribution, tfring_source, work, keras_mode="newest"):
                                                         "-m", "pip", "install", "-q"]
     env = dict(ENV, PATH=os.path.join(venv, "bin") + os.pathsep + ENV.get("PATH", ""),
                TFRING_CACHE_DIR=os.path.join(work, "cache"))
-    run(pip + [f"{distribution}=={release}.*"], 1800, work, env, f"pip install {distribution}")
-    if keras_mode == "floor":
+    pre = ["--pre"] if release in CANDIDATES else []
+    run(pip + pre + [f"{distribution}=={release}.*"], 1800, work, env,
+        f"pip install {distribution}")
+    if keras_mode == "nightly":  # Keras's next release as it stands (keras-nightly)
+        run([python, "-m", "pip", "uninstall", "-q", "-y", "keras"], 300, work, env,
+            "pip uninstall keras")
+        run(pip + ["--pre", "keras-nightly"], 900, work, env, "pip install keras-nightly")
+    # A candidate pins keras-nightly (2.22.0rc0: >=3.12.0.dev): its oldest is a nightly too.
+    if keras_mode == "floor" and release not in CANDIDATES:
         floor = run([python, "-c", KERAS_FLOOR_PROBE, distribution], 60, work, env,
                     "reading TensorFlow's Keras requirement").split()
         if not floor:
@@ -107,14 +117,17 @@ def one_row(release, distribution, tfring_source, work, keras_mode="newest"):
     summary = [line for line in out.splitlines() if line.startswith("compat smoke: ok")]
     if not summary:
         raise RowFailed("the smoke test printed no result:\n" + out[-2000:])
-    return tf_version, after["keras"], seconds, "pass"
+    keras_version = after["keras"] if after["keras"] != "-" else \
+        f"nightly {after['keras-nightly']}"
+    return tf_version, keras_version, seconds, "pass"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--releases", nargs="+", default=RELEASES)
-    parser.add_argument("--keras", choices=["newest", "floor"], default="newest",
-                        help="the newest Keras pip resolves, or the oldest the release allows")
+    parser.add_argument("--keras", choices=["newest", "floor", "nightly"], default="newest",
+                        help="the newest Keras pip resolves, the oldest the release allows, "
+                             "or keras-nightly (Keras's next release)")
     parser.add_argument("--no-full-package", action="store_true",
                         help=f"skip the row with the full tensorflow {FULL_PACKAGE} package")
     parser.add_argument("--work", default=os.path.join(ROOT, "build", "compat"),

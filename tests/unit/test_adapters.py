@@ -5,8 +5,10 @@ outside the adapters imports a framework's private modules, and the hooks that d
 numbers decide as Keras does."""
 
 import importlib.metadata
+import io
 import os
 import re
+import tokenize
 
 import keras
 import numpy as np
@@ -18,6 +20,28 @@ TFRING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t
 # Private modules and namespaces of the frameworks (only the adapters may spell them).
 PRIVATE_MODULES = re.compile(r"keras\.src\b|tf_keras\.src\b|tensorflow\.python\b|"
                              r"tf\.__internal__\b")
+
+
+# The frameworks' private attributes that the adapters reach (their HOOKS), as an attribute
+# (`.name`) or a string (getattr(obj, "name")) outside them would spell them. Names as
+# general as tfring's own (`_variables`, `_name`) are left to review.
+PRIVATE_ATTRIBUTES = frozenset((
+    "_use_weight_decay", "_is_excluded_from_weight_decay", "_var_key",
+    "_exclude_from_weight_decay", "_exclude_from_weight_decay_cache", "_clip_gradients",
+    "_clipnorm_fn", "_global_clipnorm_fn", "_built", "_hyper", "_learning_rate",
+    "_supports_tf_logs", "_moments", "_reduction_axes", "_calculate_mean_and_var",
+    "_trainable_variables", "_aggregate_gradients", "_compute_gradients",
+    "_create_all_weights", "_create_or_restore_slot_variable", "_loss_scale",
+    "_trackable_children", "_serialize_to_tensors", "_restore_from_tensors", "_create_slots",
+    "_datatype_enum", "model_supports_jit"))
+
+
+def _library_sources():
+    for folder, _, files in os.walk(TFRING):
+        if os.path.basename(folder) != "_adapters":
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    yield os.path.join(folder, name)
 
 
 def _version(distribution):
@@ -45,17 +69,26 @@ def test_every_hook_is_there_in_the_installed_release(adapter, distribution):
 
 def test_no_module_outside_the_adapters_reaches_into_a_frameworks_private_modules():
     found = []
-    for folder, _, files in os.walk(TFRING):
-        if os.path.basename(folder) == "_adapters":
-            continue
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                with open(path) as f:
-                    for number, line in enumerate(f, 1):
-                        if PRIVATE_MODULES.search(line):
-                            found.append(f"{os.path.relpath(path, TFRING)}:{number}: {line.strip()}")
+    for path in _library_sources():
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if PRIVATE_MODULES.search(line):
+                    found.append(f"{os.path.relpath(path, TFRING)}:{number}: {line.strip()}")
     assert not found, "private framework modules used outside tfring/_adapters:\n" + \
+        "\n".join(found)
+
+
+def test_no_module_outside_the_adapters_spells_a_frameworks_private_attribute():
+    found = []
+    for path in _library_sources():
+        with open(path) as f:
+            tokens = list(tokenize.generate_tokens(io.StringIO(f.read()).readline))
+        for before, token in zip(tokens, tokens[1:]):
+            attribute = token.type == tokenize.NAME and before.string == "."
+            as_string = token.type == tokenize.STRING and token.string[1:-1] in PRIVATE_ATTRIBUTES
+            if (attribute and token.string in PRIVATE_ATTRIBUTES) or as_string:
+                found.append(f"{os.path.relpath(path, TFRING)}:{token.start[0]}: {token.line.strip()}")
+    assert not found, "private framework attributes used outside tfring/_adapters:\n" + \
         "\n".join(found)
 
 

@@ -120,7 +120,8 @@ def test_limits_name_the_timeout_when_discovery_offered_too_little():
 
 
 def test_spawned_workers_get_the_settings_tfringrun_exported():
-    from tfringrun import exports, launcher
+    from tfring.common.elastic_environment import EXPORTED_LIST
+    from tfringrun import launcher
 
     env = {"TFRING_FUSION_THRESHOLD": "0", "PATH": "/v/bin", "HOME": "/root",
            "NCCL_HOSTID": "rank-0", "NCCL_NET": "Socket", "PYTHONPATH": "a\nb"}
@@ -128,11 +129,10 @@ def test_spawned_workers_get_the_settings_tfringrun_exported():
     _, launched = launcher.build_command(
         launcher.parse_args(["-np", "2", "--min-np", "1", "python", "t.py"]), env, "mpirun",
         "openmpi", is_root=False)
-    assert exports.EXPORTED_LIST == members.EXPORTED_LIST
     worker = dict(launched, OMPI_COMM_WORLD_RANK="0")  # mpirun's own: not passed on
     assert members.spawn_environment(worker) == [
         "GLIBC_TUNABLES=glibc.malloc.hugetlb=1", "NCCL_NET=Socket", "PATH=/v/bin",
-        "PYTHONPATH=a\nb", f"{exports.EXPORTED_LIST}={launched[exports.EXPORTED_LIST]}",
+        "PYTHONPATH=a\nb", f"{EXPORTED_LIST}={launched[EXPORTED_LIST]}",
         "TFRING_ELASTIC_MIN_NP=1", "TFRING_FUSION_THRESHOLD=0"]
     assert members.spawn_environment(env) == []  # not started by tfringrun: nothing listed
 

@@ -18,6 +18,14 @@ def _trainer_module():
     return trainer
 
 
+def _trainable_variables_child_probe():
+    optimizer = keras.optimizers.SGD()
+    optimizer.build([keras.Variable([0.0])])
+    children = optimizer._trackable_children("checkpoint")
+    return "" if TRAINABLE_VARIABLES_CHILD in children else \
+        f"a built optimizer's checkpoint children are {sorted(children)}"
+
+
 HOOKS = (
     Hook("Optimizer._is_excluded_from_weight_decay (3.16+) or ._use_weight_decay",
          "which model variables a sharded optimizer decays, before it is built (it is built "
@@ -38,6 +46,9 @@ HOOKS = (
          "statistics over every rank's batch", "none known (Keras's synchronized=True works "
          "through tf.distribute, not tfring)",
          has_attributes(lambda: keras.layers.BatchNormalization, "_moments")),
+    Hook("Optimizer._trainable_variables (a checkpoint child's name)", "a sharded "
+         "LossScaleOptimizer's checkpoint names the model's variables there, not the blocks",
+         "none known", lambda: _trainable_variables_child_probe()),
     Hook("Optimizer._learning_rate", "the LearningRateSchedule behind an optimizer (its "
          "public learning_rate is the schedule's current value)", "none known",
          lambda: "" if "_learning_rate" in vars(keras.optimizers.SGD(learning_rate=
@@ -45,6 +56,11 @@ HOOKS = (
                                                       0.1, 10, 0.5)))
          else "an optimizer keeps its schedule under another name than _learning_rate"),
 )
+
+
+# The checkpoint child under which a built Keras optimizer saves the variables it was built
+# on (its `_trainable_variables`): a sharded LossScaleOptimizer names the model's there.
+TRAINABLE_VARIABLES_CHILD = "_trainable_variables"
 
 
 def uses_weight_decay(optimizer, variable):

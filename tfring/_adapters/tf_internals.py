@@ -3,12 +3,10 @@
 Each is reached lazily or behind a guard, so that a release that moves one costs the
 feature that needs it (with the probe's unit test failing), never `import tfring`.
 
-Listed but still spelled where they are used: the checkpoint protocol of
-`tf.__internal__.tracking.Trackable` (`_trackable_children`, `_serialize_to_tensors`,
-`_restore_from_tensors`), which tfring's optimizer wrappers and sharded checkpoints
-override as subclasses (tfring/keras/optimizer.py, _sharded_tf_checkpoint.py,
-_tf_keras_sharded.py), and `tf.compat.v1.train.Optimizer._create_slots`
-(tfring/optimizer_v1.py). Their probes below fail the unit test when a release drops one.
+The checkpoint protocol of `tf.__internal__.tracking.Trackable` (`_trackable_children`,
+`_serialize_to_tensors`, `_restore_from_tensors`) is met through `ChildrenHook` and
+`CheckpointLeaf`: tfring's classes define `checkpoint_children`, `tensors_to_save` and
+`restore_tensors` instead.
 """
 
 import tensorflow as tf
@@ -115,3 +113,61 @@ def wrap_trackable(value):
     """A list or dict as a checkpoint tracks it (what attribute assignment does in a
     tf.Module)."""
     return tf.__internal__.tracking.wrap(value)
+
+
+def trackable_children(obj, save_type="checkpoint", **kwargs):
+    """What a checkpoint saves under `obj`: {name: child}."""
+    return obj._trackable_children(save_type, **kwargs)
+
+
+def class_trackable_children(obj):
+    """`obj`'s children as its class defines them, whatever was set on the object itself."""
+    return type(obj)._trackable_children(obj)
+
+
+def set_trackable_children(obj, children):
+    """Makes children(save_type="checkpoint", **kwargs) what a checkpoint saves under `obj`."""
+    obj._trackable_children = children
+
+
+class ChildrenHook:
+    """A mixin (first among the bases) whose checkpoint children are what the class's
+    checkpoint_children(parent_children, save_type, **kwargs) returns; parent_children()
+    gives what the next base would have saved."""
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        parent = super()._trackable_children
+        return self.checkpoint_children(lambda: parent(save_type, **kwargs), save_type,
+                                        **kwargs)
+
+
+class CheckpointLeaf(Trackable):
+    """A checkpoint leaf whose saved tensors are tensors_to_save() ({key: SaveSpec or
+    tensor}) and whose restore is restore_tensors({key: tensor})."""
+
+    def _serialize_to_tensors(self):
+        return self.tensors_to_save()
+
+    def _restore_from_tensors(self, restored_tensors):
+        return self.restore_tensors(restored_tensors)
+
+
+class GivenChildren(Trackable):
+    """A checkpoint object whose children are given: {name: child}."""
+
+    def __init__(self, children):
+        self._given_children = children
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        return dict(self._given_children)
+
+
+def create_tf1_slots(optimizer, variables):
+    """Makes a tf.compat.v1.train.Optimizer's slots for `variables` now (outside a
+    tf.cond, where TF1 would make them inside apply_gradients)."""
+    optimizer._create_slots(variables)
+
+
+# An eager tensor's dtype as TensorFlow's enum, without a Python frame (the eager hot path).
+eager_dtype_enum = type(tf.constant(0.0))._datatype_enum
+

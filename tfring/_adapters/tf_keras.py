@@ -2,12 +2,10 @@
 (tfring/_adapters/__init__.py says why here). tf_keras is imported only when a function or
 probe needs it.
 
-Listed but still spelled where they are used (tfring/keras/_tf_keras.py,
-_tf_keras_sharded.py, _sharded_checkpoint.py), as they are woven into the in-place hooks
-that are tfring's tf_keras support: `_aggregate_gradients`, `_compute_gradients`,
-`_create_all_weights`, `_create_or_restore_slot_variable`, `LossScaleOptimizer._loss_scale`
-and tf_keras's HDF5 writer. Their probes below still fail the unit test when a release
-drops one.
+The in-place DistributedOptimizer (tfring/keras/_tf_keras.py, _tf_keras_sharded.py) meets
+tf_keras's optimizers through the functions below: where they aggregate and compute
+gradients, how a legacy optimizer builds and restores its slots, a LossScaleOptimizer's
+dynamic scale.
 """
 
 from tfring._adapters._hooks import Hook, has_any_attribute, has_attributes
@@ -134,3 +132,62 @@ def hdf5_format():
     """tf_keras's HDF5 writer module (HDF5 files of a sharded optimizer hold its whole
     state: _tf_keras_sharded.py replaces its optimizer writer)."""
     return _hdf5_format()
+
+
+def is_legacy(optimizer):
+    """A tf_keras.optimizers.legacy optimizer (slots made by add_slot, kept per variable,
+    built by _create_all_weights)."""
+    return hasattr(optimizer, "_create_all_weights") and hasattr(optimizer, "add_slot")
+
+
+def is_new_optimizer(optimizer):
+    """A tf_keras.optimizers optimizer (built by build(), aggregating in
+    aggregate_gradients, clipping in _clip_gradients)."""
+    return hasattr(optimizer, "aggregate_gradients") and hasattr(optimizer, "_clip_gradients")
+
+
+def legacy_build(optimizer):
+    """A legacy optimizer's build: its _create_all_weights(variables)."""
+    return optimizer._create_all_weights
+
+
+def set_legacy_build(optimizer, build):
+    """Makes build(variables) what the legacy optimizer calls to make its weights."""
+    optimizer._create_all_weights = build
+
+
+def hook_gradients(optimizer, aggregate, compute):
+    """Makes `optimizer` reduce in aggregate(grads_and_vars) wherever apply_gradients
+    aggregates (aggregate_gradients, or the legacy _aggregate_gradients; Horovod's name
+    _aggregate_gradients too), and compute(loss, var_list, grad_loss=None, tape=None) its
+    _compute_gradients (Horovod's hook for scripts). Returns the optimizer's own
+    _compute_gradients, or None where it has none."""
+    own_compute = getattr(optimizer, "_compute_gradients", None)
+    if hasattr(optimizer, "aggregate_gradients"):
+        optimizer.aggregate_gradients = aggregate
+    optimizer._aggregate_gradients = aggregate
+    optimizer._compute_gradients = compute
+    return own_compute
+
+
+def dynamic_loss_scale(optimizer):
+    """A LossScaleOptimizer's dynamic scale (its update(grads) decides a step's finite
+    test and the new scale), or None for a fixed one or another optimizer."""
+    scale = getattr(optimizer, "_loss_scale", None)
+    return scale if scale is not None and hasattr(scale, "update") else None
+
+
+def hook_legacy_slots(optimizer, get_slot, create_or_restore):
+    """Makes a legacy optimizer answer get_slot(var, slot_name) and, restoring a
+    checkpoint, create_or_restore(slot_variable_position, slot_name, variable, ...) with
+    tfring's; returns its own (get_slot, create_or_restore) to fall back on."""
+    own = optimizer.get_slot, optimizer._create_or_restore_slot_variable
+    object.__setattr__(optimizer, "get_slot", get_slot)
+    object.__setattr__(optimizer, "_create_or_restore_slot_variable", create_or_restore)
+    return own
+
+
+def optimizer_name(optimizer):
+    """An optimizer's name (a LossScaleOptimizer's is its wrapped optimizer's)."""
+    return getattr(optimizer, "name", None) or getattr(optimizer, "_name", None)
+

@@ -23,14 +23,15 @@ import numpy as np
 import tensorflow as tf
 
 from tfring import _data_movement, functions, runtime
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded_tf_checkpoint, _tf_keras
 
 
 def build_optimizer(optimizer, variables):
     """Makes the optimizer's variables for `variables`: build() (Keras 3, tf_keras), or
-    _create_all_weights() (tf_keras.optimizers.legacy)."""
-    if hasattr(optimizer, "_create_all_weights") and not hasattr(optimizer, "build"):
-        optimizer._create_all_weights(variables)
+    the legacy build (tf_keras.optimizers.legacy)."""
+    if tf_keras_hooks.is_legacy(optimizer) and not hasattr(optimizer, "build"):
+        tf_keras_hooks.legacy_build(optimizer)(variables)
     else:
         optimizer.build(variables)
 

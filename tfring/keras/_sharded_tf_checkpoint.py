@@ -3,8 +3,9 @@ graph a TensorFlow checkpoint sees is the one the same optimizer has unsharded, 
 checkpoint written at N ranks restores at M ranks, sharded or not, and into a plain Keras
 optimizer (without tfring).
 
-TensorFlow checkpoints an object through `_trackable_children` (its named children) and, for
-a leaf, `_serialize_to_tensors` / `_restore_from_tensors`. The wrapped optimizer, built on
+TensorFlow checkpoints an object through its named children and, for a leaf, the tensors it
+saves and restores (tfring/_adapters/tf_internals.py meets that protocol). The wrapped
+optimizer, built on
 blocks, has the wrong children (one slot per block, block-sized). Its unsharded template
 (ShardedCheckpoint builds one on one-element stand-ins for the model's variables) has the
 right names; the mirror here is that template's children with each template variable
@@ -21,7 +22,7 @@ import tensorflow as tf
 from tfring._adapters import tf_internals
 
 
-class GatheredSlot(tf_internals.Trackable):
+class GatheredSlot(tf_internals.CheckpointLeaf):
     """One slot of one model variable, whole, in a checkpoint; this rank's blocks of it in
     memory."""
 
@@ -29,7 +30,7 @@ class GatheredSlot(tf_internals.Trackable):
         self._checkpoint = checkpoint
         self._index = index  # in the unsharded optimizer's variables
 
-    def _serialize_to_tensors(self):
+    def tensors_to_save(self):
         # The key a variable writes: a plain optimizer's variable restores from it, and this
         # from a plain optimizer's variable. A callable: TensorFlow also asks for this on a
         # restore, where only the dtype matters, and the value exists on rank 0 alone.
@@ -44,23 +45,13 @@ class GatheredSlot(tf_internals.Trackable):
         return {"VARIABLE_VALUE": tf_internals.save_spec(value, "", "", dtype=dtype,
                                                          device="/device:CPU:0")}
 
-    def _restore_from_tensors(self, restored_tensors):
+    def restore_tensors(self, restored_tensors):
         # TensorFlow restores inside a function too: the blocks are assigned when it runs.
         def restore(value):
             self._checkpoint.restore_one(self._index, value.numpy())
             return True
 
         return tf.py_function(restore, [restored_tensors["VARIABLE_VALUE"]], tf.bool)
-
-
-class _Mirror(tf_internals.Trackable):
-    """An object whose checkpoint children are given (the wrapped optimizer, unsharded)."""
-
-    def __init__(self, children):
-        self._children = children
-
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        return dict(self._children)
 
 
 def mirror_children(template, layout, own_variables, stand_ins, model_variables, checkpoint,
@@ -89,9 +80,9 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
         raise ValueError(f"shard_optimizer_state=True cannot checkpoint the optimizer's "
                          f"{type(child).__name__} with tf.train.Checkpoint")
 
-    own_children = type(inner)._trackable_children(inner)  # the class's: not the mirror
+    own_children = tf_internals.class_trackable_children(inner)  # not the mirror
     children = {}
-    for name, child in template._trackable_children().items():
+    for name, child in tf_internals.trackable_children(template).items():
         if id(child) not in replace and isinstance(child, tf.Variable):
             children[name] = own_children[name]
         else:
@@ -102,4 +93,5 @@ def mirror_children(template, layout, own_variables, stand_ins, model_variables,
 
 
 def mirror(children):
-    return _Mirror(children)
+    """An object whose checkpoint children are given (the wrapped optimizer, unsharded)."""
+    return tf_internals.GivenChildren(children)

@@ -2,8 +2,8 @@
 
 tf_keras optimizers aggregate gradients across replicas in one overridable method, which
 `apply_gradients` calls before it applies them: `aggregate_gradients` on the optimizers of
-tf_keras.optimizers, `_aggregate_gradients` on tf_keras.optimizers.legacy. tfring replaces
-that method on the optimizer object with an allreduce over ranks. Its LossScaleOptimizer
+tf_keras.optimizers, its private predecessor on tf_keras.optimizers.legacy
+(tfring/_adapters/tf_keras.py). tfring replaces that method on the optimizer object with an allreduce over ranks. Its LossScaleOptimizer
 aggregates through the inner optimizer's method before it tests for inf/nan, so every rank
 tests the same gradients. The object stays what it was (an Adam stays an Adam), so saving
 and loading need nothing of tfring; tfring.keras.load_model hooks the loaded optimizer.
@@ -21,6 +21,7 @@ import sys
 import tensorflow as tf
 
 from tfring import _accumulation, _gradients
+from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _xla
 
 _MARK = "_tfring_distributed"
@@ -81,8 +82,6 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
                    scale_local_gradients=scale_local_gradients)
     optimizer.register_local_var = local_vars.add
     target = _innermost(optimizer)
-    hook = "aggregate_gradients" if hasattr(target, "aggregate_gradients") else \
-        "_aggregate_gradients"
 
     reduced_already = []  # gradients _compute_gradients returned reduced (held: ids stay)
 
@@ -100,7 +99,7 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
             grads, variables, kind="keras.DistributedOptimizer", **options)
         return list(zip(reduced, variables))
 
-    local_compute = getattr(target, "_compute_gradients", None)
+    local_compute = None  # the optimizer's own (tf_keras_hooks.hook_gradients below)
 
     def compute_gradients(loss, var_list, grad_loss=None, tape=None):
         # Horovod's hook: the (gradient, variable) pairs with gradients reduced over ranks;
@@ -116,9 +115,7 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
         return reduced
 
     accumulating = int(backward_passes_per_step) > 1
-    setattr(target, hook, aggregate)
-    target._aggregate_gradients = aggregate
-    target._compute_gradients = compute_gradients
+    local_compute = tf_keras_hooks.hook_gradients(target, aggregate, compute_gradients)
     if accumulating:
         hook_accumulation(optimizer, int(backward_passes_per_step),
                           average_aggregated_gradients, aggregate, reduced_already)
@@ -174,5 +171,5 @@ def _build_slots(optimizer, variables):
     with tf.init_scope():
         if hasattr(inner, "aggregate_gradients"):  # tf_keras.optimizers.Optimizer
             inner.build(variables)
-        elif hasattr(inner, "_create_all_weights"):  # tf_keras.optimizers.legacy
-            inner._create_all_weights(variables)
+        elif tf_keras_hooks.is_legacy(inner):
+            tf_keras_hooks.legacy_build(inner)(variables)

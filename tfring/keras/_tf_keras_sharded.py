@@ -4,8 +4,8 @@ reduce-scatters the gradients, lets the optimizer's own apply_gradients update t
 blocks (it is built on them, so its slots are blocks), and allgathers the blocks into the
 model's variables. The blocks, clipping over ranks and checkpoints are Keras 3's
 (_sharded.py, _sharded_checkpoint.py): tf_keras.optimizers.Optimizer has the same hooks.
-tf_keras.optimizers.legacy optimizers are built by _create_all_weights and keep slots per
-variable: a TensorFlow checkpoint asks them for each model variable's slots, which
+tf_keras.optimizers.legacy optimizers are built by their own build (not `build`) and keep
+slots per variable: a TensorFlow checkpoint asks them for each model variable's slots, which
 _legacy_slots_in_checkpoints answers whole.
 
 The object gets `gather_state()` (as the Keras 3 wrapper), and checkpoints see it as the
@@ -16,21 +16,16 @@ children, and HDF5 files through a hook on tf_keras's writer and through set_wei
 
 import tensorflow as tf
 
+from tfring._adapters import tf_internals
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded, _tf_keras, _xla
 
 _KIND = "keras.DistributedOptimizer.sharded"
 
 
-def _is_legacy(inner):
-    """A tf_keras.optimizers.legacy optimizer (slots made by add_slot, kept per variable)."""
-    return hasattr(inner, "_create_all_weights") and hasattr(inner, "add_slot")
-
-
 def _refuse(optimizer, inner, process_set, groups, op):
     _sharded.check_options(op, process_set, groups)
-    modern = hasattr(inner, "aggregate_gradients") and hasattr(inner, "_clip_gradients")
-    if not modern and not _is_legacy(inner):
+    if not tf_keras_hooks.is_new_optimizer(inner) and not tf_keras_hooks.is_legacy(inner):
         raise ValueError(
             f"shard_optimizer_state=True needs an optimizer of tf_keras.optimizers or "
             f"tf_keras.optimizers.legacy (Adam, SGD, ...); {type(inner).__name__} is neither.")
@@ -47,8 +42,8 @@ def _agree_on_finite(optimizer, state):
     """A LossScaleOptimizer's dynamic scale decides on the gradients it is given: this
     rank's blocks. Its `update` is given one value instead, finite when every rank's blocks
     are, so every rank skips (and lowers the scale) or applies alike."""
-    loss_scale = getattr(optimizer, "_loss_scale", None)
-    if loss_scale is None or not hasattr(loss_scale, "update"):
+    loss_scale = tf_keras_hooks.dynamic_loss_scale(optimizer)
+    if loss_scale is None:
         return  # a fixed scale: every step applies
     own_update = loss_scale.update
 
@@ -91,12 +86,9 @@ def _hdf5_writes_whole_state():
 def _legacy_slots_in_checkpoints(inner, state):
     """A TensorFlow checkpoint saves a legacy optimizer's slots as slots of the model's
     variables (get_slot(model variable, name)), and restores them through
-    _create_or_restore_slot_variable: both are answered with the whole slot's checkpoint
+    its slot restore: both are answered with the whole slot's checkpoint
     object (_sharded_tf_checkpoint.GatheredSlot), as the optimizer has it unsharded. Its
     own slots, of the blocks, stay its own."""
-    own_get_slot = inner.get_slot
-    own_create_or_restore = inner._create_or_restore_slot_variable
-
     def gathered(variable, slot_name):
         # Model variables only: the optimizer asks for its blocks' slots while a step is
         # traced, where the checkpoint's objects must not be made.
@@ -115,8 +107,8 @@ def _legacy_slots_in_checkpoints(inner, state):
                                          *args, **kwargs)
         return slot
 
-    object.__setattr__(inner, "get_slot", get_slot)
-    object.__setattr__(inner, "_create_or_restore_slot_variable", create_or_restore)
+    own_get_slot, own_create_or_restore = tf_keras_hooks.hook_legacy_slots(
+        inner, get_slot, create_or_restore)
 
 
 def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step, op,
@@ -131,9 +123,9 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
     _refuse(optimizer, inner, process_set, groups, op)
     state = _sharded.ShardedKerasState(inner, _KIND, compression, op,
                                        gradient_predivide_factor, _sharded.tf_variable)
-    legacy = _is_legacy(inner)
+    legacy = tf_keras_hooks.is_legacy(inner)
     original_apply = optimizer.apply_gradients
-    own_build = inner._create_all_weights if legacy else inner.build
+    own_build = tf_keras_hooks.legacy_build(inner) if legacy else inner.build
     if inner is not optimizer:
         _agree_on_finite(optimizer, state)
 
@@ -172,21 +164,22 @@ def distribute(optimizer, compression, sparse_as_dense, backward_passes_per_step
 
     def trackable_children(save_type="checkpoint", **kwargs):
         # tf_keras's LossScaleOptimizer has no name of its own: its wrapped optimizer's.
-        return state.checkpoint_children(getattr(optimizer, "name", None) or
-                                         getattr(inner, "name", None) or inner._name)
+        return state.checkpoint_children(tf_keras_hooks.optimizer_name(optimizer) or
+                                         tf_keras_hooks.optimizer_name(inner))
 
     optimizer.apply_gradients = apply_gradients
     optimizer.register_local_var = register_local_var
     optimizer.gather_state = gather_state
     # A LossScaleOptimizer delegates its checkpoint children to the optimizer it wraps.
-    inner._trackable_children = trackable_children
+    tf_internals.set_trackable_children(inner, trackable_children)
     optimizer._sharded = state
     # optimizer.build(model variables), as Keras and scripts call it, builds on the blocks;
     # the original apply_gradients calls it again with the blocks, which is then a no-op.
     sharded_build = lambda var_list: (own_build(var_list) if state.update is not None  # noqa
                                       else build(var_list))
-    if legacy:  # _create_all_weights is its build; its slots are kept per variable
-        optimizer._create_all_weights = inner._create_all_weights = sharded_build
+    if legacy:  # its own build; its slots are kept per variable
+        tf_keras_hooks.set_legacy_build(optimizer, sharded_build)
+        tf_keras_hooks.set_legacy_build(inner, sharded_build)
         _legacy_slots_in_checkpoints(inner, state)
     else:
         optimizer.build = inner.build = sharded_build

@@ -295,7 +295,8 @@ class _DistributedMixin:
 
 
 @keras.saving.register_keras_serializable(package="tfring")
-class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
+class DistributedKerasOptimizer(tf_internals.ChildrenHook, _DistributedMixin,
+                                keras.optimizers.Optimizer):
     """A Keras 3 optimizer that reduces gradients over ranks, then applies `inner_optimizer`.
 
     Made by tfring.keras.DistributedOptimizer; see it for the arguments.
@@ -337,13 +338,13 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
         # optimizer's count), and a plain Keras optimizer then loads the file.
         return []
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
+    def checkpoint_children(self, parent_children, save_type, **kwargs):
         # The wrapped optimizer's children as its own: a TensorFlow checkpoint of the
         # wrapper is the plain optimizer's (restores without tfring, and the reverse). The
         # wrapper's own step counter and learning rate are unused.
         if self._sharded is not None:
             return self._sharded.checkpoint_children(self.name)
-        return self.inner_optimizer._trackable_children(save_type, **kwargs)
+        return tf_internals.trackable_children(self.inner_optimizer, save_type, **kwargs)
 
     def apply(self, grads, trainable_variables=None):
         self._apply_distributed(grads, trainable_variables, self.inner_optimizer.apply)
@@ -386,7 +387,8 @@ class DistributedKerasOptimizer(_DistributedMixin, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="tfring")
-class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScaleOptimizer):
+class DistributedLossScaleOptimizer(tf_internals.ChildrenHook, _DistributedMixin,
+                                    keras.optimizers.LossScaleOptimizer):
     """A LossScaleOptimizer that reduces the (scaled) gradients over ranks before it tests
     them for inf/nan, so every rank skips or applies the same steps.
 
@@ -421,18 +423,18 @@ class DistributedLossScaleOptimizer(_DistributedMixin, keras.optimizers.LossScal
         # The LossScaleOptimizer's own apply: unscale, test for inf/nan, apply or skip.
         self._apply_distributed(grads, trainable_variables, super().apply)
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        children = super()._trackable_children(save_type, **kwargs)
+    def checkpoint_children(self, parent_children, save_type, **kwargs):
+        children = parent_children()
         if self._sharded is not None:  # the LossScaleOptimizer's own variables as they are
             self._sharded.checkpoint_children(self.name)  # refuses one not built yet
             children["inner_optimizer"] = self._sharded.checkpoint.trackable_object()
-            if "_trainable_variables" in children:  # built on the blocks: the model's
+            if keras3.TRAINABLE_VARIABLES_CHILD in children:  # built on blocks: the model's
                 if getattr(self, "_checkpointed_model_variables", None) is None:
                     # One object, kept: a checkpoint matches objects by identity.
                     object.__setattr__(self, "_checkpointed_model_variables",
                                        tf_internals.wrap_trackable(
                                            list(self._model_variables)))
-                children["_trainable_variables"] = self._checkpointed_model_variables
+                children[keras3.TRAINABLE_VARIABLES_CHILD] = self._checkpointed_model_variables
         return children
 
     def get_config(self):
