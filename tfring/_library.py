@@ -73,8 +73,6 @@ def capi():
     lib.tfring_mpi_version.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.tfring_not_initialized_message.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
                                                    ctypes.c_int]
-    lib.tfring_reduce_op_value.argtypes = [ctypes.c_char_p]
-    lib.tfring_status_code_value.argtypes = [ctypes.c_char_p]
     lib.tfring_start_timeline.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                                           ctypes.c_int]
     lib.tfring_atexit_within.argtypes = [ctypes.c_double, ctypes.c_int, ctypes.c_int,

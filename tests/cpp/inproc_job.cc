@@ -5,8 +5,8 @@
 #include <mutex>
 #include <thread>
 
-#include "tfring/kernels/backends/inproc/inproc_backend.h"
-#include "tfring/kernels/backends/inproc/inproc_control_plane.h"
+#include "tests/cpp/inproc/inproc_backend.h"
+#include "tests/cpp/inproc/inproc_control_plane.h"
 #include "tfring/kernels/core/staging_executor.h"
 
 namespace tfring {

@@ -54,7 +54,9 @@ GPU_RUNTIME_DIRS = ["backends/cuda", "backends/nccl"]  # GPU builds only
 TF_GLUE_DIR = "tf"
 TF_GPU_GLUE_DIR = "tf/gpu"  # GPU builds only
 TF_XLA_GLUE_DIR = "tf/xla"  # where TensorFlow's wheel has XLA's headers (toolchain.find_xla_toolchain)
-INPROC_DIR = "backends/inproc"
+# Ranks as threads of one process, for the native tests and benchmarks: test support, not
+# shipped (tests/cpp/inproc).
+INPROC_DIR = os.path.join(ROOT, "tests", "cpp", "inproc")
 NATIVE_BENCH_DIR = os.path.join(ROOT, "bench", "native")  # built with the native tests
 # TensorFlow ops that only the benchmarks use (bench/_bench_ops.py loads them): a library of
 # their own beside the benchmarks, never part of the shipped one.

@@ -87,25 +87,6 @@ void tfring_mpi_version(char* out, int out_len) {
   out[out_len - 1] = '\0';
 }
 
-// The ReduceOp value for a Horovod name ("Sum", ...), or -1: lets Python check its mirror.
-int tfring_reduce_op_value(const char* name) {
-  for (int v = 0; v < 8; ++v) {
-    if (!tfring::IsValidReduceOp(v)) continue;
-    if (std::strcmp(tfring::ReduceOpName(static_cast<tfring::ReduceOp>(v)), name) == 0) return v;
-  }
-  return -1;
-}
-
-// The StatusCode value for its name ("INVALID_ARGUMENT", ...), or -1: lets Python check the
-// codes it maps to exceptions (runtime.py).
-int tfring_status_code_value(const char* name) {
-  for (int v = 0; v < 16; ++v) {
-    const char* known = tfring::StatusCodeName(static_cast<tfring::StatusCode>(v));
-    if (std::strcmp(known, "UNKNOWN") != 0 && std::strcmp(known, name) == 0) return v;
-  }
-  return -1;
-}
-
 // The message of the error for `what` asked before init() (common/status.h,
 // NotInitialized), so that Python's ValueError says it in the same words.
 void tfring_not_initialized_message(const char* what, char* out, int out_len) {

@@ -1,4 +1,4 @@
-#include "tfring/kernels/backends/inproc/inproc_backend.h"
+#include "tests/cpp/inproc/inproc_backend.h"
 
 #include <cstring>
 #include <utility>

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "tfring/kernels/backends/inproc/inproc_world.h"
+#include "tests/cpp/inproc/inproc_world.h"
 #include "tfring/kernels/core/control_plane.h"
 
 namespace tfring {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "tfring/kernels/core/backend.h"
-#include "tfring/kernels/backends/inproc/inproc_world.h"
+#include "tests/cpp/inproc/inproc_world.h"
 
 namespace tfring {
 

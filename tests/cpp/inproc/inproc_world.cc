@@ -1,4 +1,4 @@
-#include "tfring/kernels/backends/inproc/inproc_world.h"
+#include "tests/cpp/inproc/inproc_world.h"
 
 #include <chrono>
 #include <string>

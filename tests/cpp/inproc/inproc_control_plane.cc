@@ -1,4 +1,4 @@
-#include "tfring/kernels/backends/inproc/inproc_control_plane.h"
+#include "tests/cpp/inproc/inproc_control_plane.h"
 
 #include <utility>
 
