@@ -9,15 +9,12 @@ leaves it out. (Here the job also finished with han left in: the segfault did no
 these hosts.) Skipped, saying why, where the namespaces cannot be made."""
 
 import os
-import re
-import shlex
-import signal
-import subprocess
 import sys
 
 import pytest
 
 import _hosts
+import _run
 from test_multihost import FORWARDED, JOB_ENV
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,14 +32,7 @@ def run_elastic(hosts):
                              f"--bind-to none " +
                              " ".join(f"-x {v}" for v in FORWARDED if v in env),
                sys.executable, SCENARIOS, "elastic_across_hosts"]
-    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out = proc.communicate(timeout=TIMEOUT)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out = proc.communicate()[0] + f"\n[test] killed after {TIMEOUT} s"
-    return proc.returncode, f"$ {shlex.join(command)}\n{out}"
+    return _run.run(command, env, TIMEOUT)
 
 
 def test_a_worker_lost_on_one_host_leaves_the_others_finishing_alike():
@@ -51,14 +41,4 @@ def test_a_worker_lost_on_one_host_leaves_the_others_finishing_alike():
             rc, out = run_elastic(hosts)
     except _hosts.Unavailable as e:
         pytest.skip(f"cannot make two hosts from network namespaces: {e}")
-    assert re.search(r"rank 3: killing myself", out), out[-6000:]
-    weights = []
-    for rank in (0, 1, 2):
-        done = re.search(rf"rank {rank}: finished at epoch - batch 20 as rank {rank} of 3, "
-                         rf"resets saw sizes \[3\], matches numpy: True, weights (.*)", out)
-        assert done, f"rank {rank} did not finish as expected:\n{out[-6000:]}"
-        weights.append(done.group(1))
-    assert weights[0] == weights[1] == weights[2], out[-6000:]
-    # Under MPI's fault tolerance a killed worker does not fail the job.
-    assert rc == 0 or "This process ends now without it, with status 0" in " ".join(out.split()), \
-        out[-6000:]
+    _run.assert_three_survivors_finished_alike(rc, out)

@@ -11,14 +11,12 @@ namespace hosts, in place of the operator's ssh). Open MPI 5's mpirun ignores th
 
 import os
 import re
-import shlex
-import signal
-import subprocess
 import sys
 
 import pytest
 
 import _hosts
+import _run
 from test_multihost import JOB_ENV
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,14 +51,7 @@ def operator_env(tmp_path_factory):
 
 
 def run(command, env):
-    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out = proc.communicate(timeout=TIMEOUT)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out = proc.communicate()[0] + f"\n[test] killed after {TIMEOUT} s"
-    return proc.returncode, f"$ {shlex.join(command)}\n{out}"
+    return _run.run(command, env, TIMEOUT)
 
 
 def layout(out):

@@ -6,9 +6,6 @@ against flat. Skipped, saying what failed, where the namespaces cannot be made."
 
 import json
 import os
-import shlex
-import signal
-import subprocess
 import sys
 import types
 
@@ -16,6 +13,7 @@ import numpy as np
 import pytest
 
 import _hosts
+import _run
 from _inputs import GROUP, INEXACT, SINGLE, expected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,15 +48,7 @@ def run_job(hosts, out_dir):
     killed; what still runs in the hosts' namespaces is killed when _hosts removes them."""
     env = dict(os.environ, **JOB_ENV, MULTIHOST_HOSTS=" ".join(f"{a}={ns}" for a, ns in hosts))
     env.pop("TFRING_HIERARCHICAL_ALLREDUCE", None)  # the job sets it for each of its runs
-    command = mpirun_command(hosts, out_dir, env)
-    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out = proc.communicate(timeout=TIMEOUT)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out = proc.communicate()[0] + f"\n[test] the job ran past {TIMEOUT} s and was killed"
-    return proc.returncode, f"$ {shlex.join(command)}\n{out}"
+    return _run.run(mpirun_command(hosts, out_dir, env), env, TIMEOUT)
 
 
 def timeline_phases(path):

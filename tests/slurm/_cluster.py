@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import _hosts
+import _run
 
 # Debian 12's packages (`.ci/run` installs them): the tool, and the package it comes in.
 TOOLS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "srun": "slurm-client",
@@ -55,18 +56,11 @@ class Cluster:
         self.nodes = nodes  # [(name = hostname = netns, address)]
         self.env = environ  # os.environ plus SLURM_CONF: for srun, sbatch, salloc
 
-    def run(self, argv, timeout, **kwargs):
+    def run(self, argv, timeout, env=None):
         """Runs a Slurm client command (srun, sbatch --wait, salloc); (exit status, output).
         On timeout, its process group is killed and the output says so."""
-        proc = subprocess.Popen(argv, env=kwargs.pop("env", self.env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, **kwargs)
-        try:
-            out = proc.communicate(timeout=timeout)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out = proc.communicate()[0] + f"\n[test] killed after {timeout} s"
-        return proc.returncode, out
+        rc, out = _run.run(argv, self.env if env is None else env, timeout)
+        return rc, out.split("\n", 1)[1]  # without the "$ command" line: callers add theirs
 
     def logs(self):
         return logs(self.folder)

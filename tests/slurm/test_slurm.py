@@ -24,6 +24,7 @@ import types
 import numpy as np
 import pytest
 
+import _run
 import test_multihost
 from test_multihost import (  # noqa: F401  (collected here: the same checks, Slurm's job)
     test_allreduce_across_hosts_matches_numpy, test_hierarchical_allreduce_equals_flat,
@@ -177,15 +178,4 @@ def test_elastic_job_in_an_allocation_loses_a_worker_and_finishes(slurm):
                "-np", "4", "--min-np", "2", sys.executable, ELASTIC_SCENARIOS,
                "elastic_across_hosts"]
     rc, out = slurm.run(command, TIMEOUT, env=job_env(slurm))
-    assert "rank 3: killing myself" in out, f"$ {shlex.join(command)}\n{out[-6000:]}"
-    weights = []
-    for rank in (0, 1, 2):
-        done = re.search(rf"rank {rank}: finished at epoch - batch 20 as rank {rank} of 3, "
-                         rf"resets saw sizes \[3\], matches numpy: True, weights (.*)", out)
-        assert done, f"rank {rank} did not finish as expected:\n{out[-6000:]}"
-        weights.append(done.group(1))
-    assert weights[0] == weights[1] == weights[2], out[-6000:]
-    # Under MPI's fault tolerance a killed worker does not fail the job (the exception,
-    # Open MPI's finalize that can wait for ever after a loss: tests/failure/test_elastic.py).
-    assert rc == 0 or "This process ends now without it, with status 0" in " ".join(out.split()), \
-        out[-6000:]
+    _run.assert_three_survivors_finished_alike(rc, f"$ {shlex.join(command)}\n{out}")

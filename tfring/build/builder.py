@@ -337,7 +337,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
     jobs += [(mpicxx, glue_flags, s) for d in glue_dirs for s in sources(d)]
     xla_sources = sources(TF_XLA_GLUE_DIR) if xla else []
     jobs += [(mpicxx, glue_flags + xla[0], s) for s in xla_sources]
-    test_files = test_sources(gpu)
+    # Native tests exist in a checkout only (an installed tfring has no tests/).
+    test_files = test_sources(gpu) if with_tests else []
     if sanitize:  # only the binaries that sanitizer can find something in
         test_files = [f for f in test_files if not is_test_binary(f) or
                       toolchain.built_under_sanitizer(sanitize, os.path.basename(f)[:-3])]
