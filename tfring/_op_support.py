@@ -12,6 +12,7 @@ import re
 import tensorflow as tf
 
 from tfring import _library, _xla, naming, runtime
+from tfring._adapters import tf_internals
 from tfring.process_sets import global_process_set
 
 # Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
@@ -30,7 +31,7 @@ GATHERABLE = REDUCIBLE + (tf.bool,)
 REDUCIBLE_ENUMS = frozenset(d.as_datatype_enum for d in REDUCIBLE)
 _GATHERABLE_ENUMS = frozenset(d.as_datatype_enum for d in GATHERABLE)
 
-EagerTensor = type(tf.constant(0))  # what eager ops return (TF keeps the class private)
+EagerTensor = tf_internals.EagerTensor  # what eager ops return
 
 _EAGER_NOISE = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]( name: \S*)?\s*$")
 

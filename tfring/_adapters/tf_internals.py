@@ -14,6 +14,11 @@ import tensorflow as tf
 from tfring._adapters._hooks import Hook, has_attributes
 
 
+def _eager_tensor_class():
+    from tensorflow.python.framework import ops
+    return ops.EagerTensor
+
+
 def _import(module):
     import importlib
     return importlib.import_module(module)
@@ -51,9 +56,10 @@ HOOKS = (
     Hook("tf.compat.v1.train.Optimizer._create_slots", "TF1 DistributedOptimizer with "
          "backward_passes_per_step > 1 makes the slots outside accumulation's tf.cond",
          "none known", has_attributes(lambda: tf.compat.v1.train.Optimizer, "_create_slots")),
-    Hook("EagerTensor._datatype_enum", "an eager tensor's dtype on the eager call's hot path",
-         "tensor.dtype.as_datatype_enum (slower)",
-         has_attributes(lambda: tf.constant(0.0), "_datatype_enum")),
+    Hook("tensorflow.python.framework.ops.EagerTensor (._datatype_enum)", "what eager ops "
+         "return, and its dtype on the eager call's hot path",
+         "isinstance(t, tf.Tensor) and tf.executing_eagerly(); tensor.dtype.as_datatype_enum "
+         "(slower)", has_attributes(_eager_tensor_class, "_datatype_enum")),
 )
 
 
@@ -168,6 +174,9 @@ def create_tf1_slots(optimizer, variables):
     optimizer._create_slots(variables)
 
 
-# An eager tensor's dtype as TensorFlow's enum, without a Python frame (the eager hot path).
-eager_dtype_enum = type(tf.constant(0.0))._datatype_enum
+# What eager ops return (TF keeps the class private; `type(tf.constant(0))` would be a graph
+# tensor's class where a TF1 script disabled eager execution before importing tfring), and
+# its dtype as TensorFlow's enum, without a Python frame (the eager hot path).
+EagerTensor = _eager_tensor_class()
+eager_dtype_enum = EagerTensor._datatype_enum
 
