@@ -212,11 +212,12 @@ def breakdown(tf, tfring, timeline_path):
     """Where one op's time goes, for three cases: a 4 B eager allreduce named and unnamed,
     a 1 MiB eager one, and a step of 100 x 16 KiB in a tf.function. The call is timed from
     Python; the raw op (TensorFlow's fast path with every attribute given, as tfring's
-    eager call ends: tfring/_eager_call.py; no tfring Python around it) and
+    eager call ends: tfring/_ops/eager_call.py; no tfring Python around it) and
     tf.identity beside it; rank 0's timeline (on for this job only) gives the runtime's
     phases: SUBMIT (kernel start to the cycle taking it), NEGOTIATE (until every rank has
     it: one AND when cached), QUEUE, the copies and the MPI call. Means per op, in us."""
-    from tfring import _eager_call, timeline
+    from tfring import timeline
+    from tfring._ops import eager_call as _eager_call
     small = tf.constant(np.full(1, comm.rank + 1, dtype=np.float32))
     big = tf.constant(np.full(1 << 18, comm.rank + 1, dtype=np.float32))
     inputs = [tf.constant(np.full(4096, comm.rank + 1, dtype=np.float32)) for _ in range(100)]

@@ -7,12 +7,12 @@ import os
 
 import tensorflow as tf
 
-from tfring import _autodeps
+from tfring._process import autodeps as _autodeps
 
 LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build",
                        "bench", "libtfring_bench_ops.so")
 # They stand in for a step's allreduces, so tf.function must schedule them as it does
-# tfring's collectives: in any order, never chained (tfring/_autodeps.py).
+# tfring's collectives: in any order, never chained (tfring/_process/autodeps.py).
 FLOOR_OP_TYPES = ("TfringAsyncFloor", "TfringAsyncBurstFloor")
 
 

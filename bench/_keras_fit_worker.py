@@ -117,7 +117,7 @@ def run(args):
         # ops, with no communication and no runtime. Weights then differ between ranks.
         # With raw MPI after the step, the ops complete as tfring's do: a step's burst
         # together, from a background thread (TfringAsyncBurstFloor).
-        from tfring import _gradients
+        from tfring._training import gradients as _gradients
         import _bench_ops
         ops = _bench_ops.ops()
         if args.mode == "floor":
@@ -181,7 +181,7 @@ def run(args):
                                       for w in model.get_weights()))}
     if args.shard_optimizer_state:
         # The flat buffers the ranks reduce-scatter and allgather: the weights and the
-        # padding that starts each variable aligned (tfring/_sharded_state.py).
+        # padding that starts each variable aligned (tfring/_training/sharded_state.py).
         update = model.optimizer._sharded.update
         result["sharded_buffer_bytes"] = int(sum(layout.total * layout.dtype.size
                                                  for layout in update.layouts))

@@ -26,11 +26,11 @@ except ImportError as _e:
         "(tensorflow-cpu) or 'tfring[gpu]' (tensorflow with CUDA), or install TensorFlow "
         f"yourself. ({_e})") from _e
 
-from tfring._library import build_info  # noqa: E402
-from tfring import _collective_gradients  # noqa: E402,F401  (registers the gradients)
-from tfring._horovod_util import (  # noqa: E402
-    check_extension, check_num_rank_power_of_2, gpu_available, handle_average_backwards_compatibility,
-    refs_to_vars, split_list, vars_to_refs)
+from tfring._process.library import build_info  # noqa: E402
+from tfring._ops import gradients as _gradients  # noqa: E402,F401  (registers the gradients)
+from tfring._ops.horovod_util import (  # noqa: E402
+    check_extension, check_num_rank_power_of_2, gpu_available,
+    handle_average_backwards_compatibility, refs_to_vars, split_list, vars_to_refs)
 from tfring.collectives import (  # noqa: E402
     Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, alltoall, barrier, broadcast,
     grouped_allgather, grouped_allreduce, grouped_reducescatter, join, reducescatter)
@@ -38,17 +38,17 @@ from tfring.compression import Compression  # noqa: E402
 from tfring.functions import (  # noqa: E402
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from tfring.gradient_aggregation import LocalGradientAggregationHelper  # noqa: E402
-from tfring.gpu_pinning import pin_gpu  # noqa: E402
-from tfring.gradient_tape import (  # noqa: E402
+from tfring._process.gpu_pinning import pin_gpu  # noqa: E402
+from tfring._training.gradient_tape import (  # noqa: E402
     DistributedGradientTape, PartialDistributedGradientTape)
-from tfring.optimizer_v1 import (  # noqa: E402
+from tfring._training.optimizer_v1 import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables)
 from tfring._init import init  # noqa: E402
 from tfring import elastic  # noqa: E402,F401  (Horovod's hvd.elastic)
-from tfring.process_sets import (  # noqa: E402
+from tfring._ops.process_sets import (  # noqa: E402
     ProcessSet, add_process_set, global_process_set, process_set_included_op,
     remove_process_set, size_op)
-from tfring.runtime import (  # noqa: E402
+from tfring._process.runtime import (  # noqa: E402
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
     is_homogeneous, is_initialized, local_rank, local_rank_op, local_size, local_size_op,
     mpi_built, mpi_enabled, mpi_threads_supported, mpi_version, nccl_built, rank, rank_op,
@@ -98,7 +98,7 @@ def _running_the_builder():
 
 def _check_build():
     # Fail at import, not at first use, when the library is missing or built for another TF.
-    from tfring import _library
+    from tfring._process import library as _library
     _library.ops()
 
 

@@ -1,16 +1,17 @@
-"""tfring.init: starts the runtime (tfring/runtime.py), then registers Horovod's static
-process sets (tfring/process_sets.py). It sits above both: process sets need the runtime's
+"""tfring.init: starts the runtime (tfring/_process/runtime.py), then registers Horovod's static
+process sets (tfring/_ops/process_sets.py). It sits above both: process sets need the runtime's
 rank and size, so the runtime cannot be the one to register them."""
 
 import os
 import socket
 import warnings
 
-from tfring import _launch_check, runtime
-from tfring._elastic_members import MEMBERS, discovery_active
-from tfring.process_sets import add_process_set, is_registered
+from tfring._process import launch_check as _launch_check
+from tfring._process import runtime
+from tfring._elastic.members import MEMBERS, discovery_active
+from tfring._ops.process_sets import add_process_set, is_registered
 
-# What the running job was started on (init's `comm`): elastic training (tfring/elastic.py)
+# What the running job was started on (init's `comm`): elastic training (tfring/_elastic/job.py)
 # shrinks it to the ranks left after a worker is lost.
 _job_comm = None
 
@@ -48,7 +49,7 @@ def init(comm=None, process_sets=None):
     """
     global _job_comm
     if comm is None and discovery_active():
-        # A worker an elastic job started to grow (tfring/_elastic_members.py) joins it.
+        # A worker an elastic job started to grow (tfring/_elastic/members.py) joins it.
         comm = MEMBERS.join_parent()
     runtime.start(comm)
     if comm is None:
@@ -64,7 +65,7 @@ def init(comm=None, process_sets=None):
 
 def _check_against_the_launcher():
     """Refuses a job that MPI sees as jobs of one process each while its launcher started
-    several (tfring/_launch_check.py); warns where the ranks ignored the launcher's hostfile
+    several (tfring/_process/launch_check.py); warns where the ranks ignored the launcher's hostfile
     or left the other nodes of a Slurm allocation idle."""
     if runtime.size() == 1:
         problem = _launch_check.lone_process_problem(os.environ, runtime.mpi_version())

@@ -11,10 +11,11 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from tfring import naming, runtime
-from tfring._data_movement import allgather, broadcast
-from tfring._op_support import check_root
-from tfring.process_sets import global_process_set
+from tfring._ops import naming
+from tfring._process import runtime
+from tfring._ops.data_movement import allgather, broadcast
+from tfring._ops.op_support import check_root
+from tfring._ops.process_sets import global_process_set
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,

@@ -1,7 +1,7 @@
 """Horovod's LocalGradientAggregationHelper: `backward_passes_per_step` for code that brings
 its own reduction function.
 
-tfring's wrappers accumulate through tfring/_accumulation.py directly; this class gives the
+tfring's wrappers accumulate through tfring/_training/accumulation.py directly; this class gives the
 same machinery Horovod's constructor and methods, for scripts and libraries that build their
 own optimizer wrapper on Horovod's helper:
 
@@ -20,8 +20,9 @@ Keras 3's own convention for its gradient_accumulation_steps.
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients
-from tfring.process_sets import global_process_set
+from tfring._training import accumulation as _accumulation
+from tfring._training import gradients as _gradients
+from tfring._ops.process_sets import global_process_set
 
 
 class LocalGradientAggregationHelper:

@@ -1,5 +1,5 @@
 """tfringrun --host-discovery-script: runs the user's script every second, as horovodrun
-does, and keeps what it reports in a file the workers read (tfring/_elastic_members.py).
+does, and keeps what it reports in a file the workers read (tfring/_elastic/members.py).
 
 The script prints one host per line, "host:slots" or "host" (then --slots, default 1, is
 its slot count). A run that fails or times out leaves the last good answer in place, with a

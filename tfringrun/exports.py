@@ -1,8 +1,8 @@
 """The variables every rank needs from the launching shell, on other hosts too: tfring's
 settings, and what makes `python` there the same Python with the same packages. tfringrun
 exports them to the first workers (mpirun -x); an elastic job hands them to the workers it
-starts later (tfring/_elastic_members.py), which mpirun's -x does not reach: tfringrun lists
-their names in an environment variable for that (tfring/common/elastic_environment.py), so
+starts later (tfring/_elastic/members.py), which mpirun's -x does not reach: tfringrun lists
+their names in an environment variable for that (tfring/_elastic/environment.py), so
 that the library needs nothing of the launcher."""
 
 EXPORT_PREFIXES = ("TFRING_", "NCCL_", "TF_", "OMPI_MCA_", "PYTHON")

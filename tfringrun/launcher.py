@@ -26,7 +26,7 @@ import tempfile
 
 from tfringrun import discovery, exports, operators
 
-# tfring/_elastic_exit.py's name for it: where each elastic worker notes how it ended.
+# tfring/_elastic/process_end.py's name for it: where each elastic worker notes how it ended.
 
 # tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
 # screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
@@ -59,8 +59,8 @@ def toolchain():
 
 def elastic_environment():
     """The variables through which tfringrun tells an elastic job's workers what it was
-    asked, as the library reads them (tfring/common/elastic_environment.py)."""
-    return tfring_module("common.elastic_environment")
+    asked, as the library reads them (tfring/_elastic/environment.py)."""
+    return tfring_module("_elastic.environment")
 
 
 def build_info():
@@ -344,7 +344,7 @@ def build_command(args, env, mpirun, flavor, is_root):
     exported = exports.exported_names(env)
     if is_elastic(args):
         # The names, for the workers an elastic job spawns later (the library reads the
-        # list, not this launcher's code: tfring/_elastic_members.py).
+        # list, not this launcher's code: tfring/_elastic/members.py).
         listed = elastic_environment().EXPORTED_LIST
         env[listed] = ",".join(exported + [listed])
         exported = exported + [listed]
@@ -435,7 +435,7 @@ def main(argv=None):
 def elastic_status(status, ended):
     """mpirun's status, except where it says 0 for a job in which no worker finished: under
     MPI's fault tolerance a worker that ends on an error of its own kills itself, to be lost
-    to the others rather than stop them (tfring/_elastic_exit.py), and mpirun counts no such
+    to the others rather than stop them (tfring/_elastic/process_end.py), and mpirun counts no such
     death. Each worker noted in `ended` how it ended."""
     notes = [name.split(".")[0] for name in os.listdir(ended)]
     if status == 0 and "lost" in notes and "finished" not in notes:

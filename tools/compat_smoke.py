@@ -5,7 +5,10 @@
 It checks, against numpy: an eager allreduce, a grouped allreduce in a tf.function, an
 allreduce and a variable broadcast in a TF1 graph session, and a Keras 3 `model.fit` with
 tfring's DistributedOptimizer and Horovod's three usual callbacks, ending with identical
-weights on every rank. Rank 0 prints `compat smoke: ok` at the end; any failure raises.
+weights on every rank; then every probe of the adapters' hooks (tfring/_adapters: the
+private Keras 3 and TensorFlow names tfring uses, and tf_keras's where it is installed), so
+that a release that lacks one fails here, naming it. Rank 0 prints `compat smoke: ok` at the
+end; any failure raises.
 It needs nothing but tfring, TensorFlow, Keras and numpy (the data is made up here).
 """
 
@@ -75,14 +78,32 @@ def check_keras_fit(rank, size):
     return losses
 
 
+def check_adapters():
+    """Every hook's probe passes in this environment (tfring/_adapters/_hooks.py)."""
+    import importlib.util
+
+    from tfring._adapters import keras3, tf_internals, tf_keras
+
+    adapters = [keras3, tf_internals]
+    if importlib.util.find_spec("tf_keras") is not None:
+        adapters.append(tf_keras)
+    missing = [f"{a.__name__.split('.')[-1]}: {hook.name}: {problem}"
+               for a in adapters for hook in a.HOOKS for problem in [hook.probe()] if problem]
+    if missing:
+        raise RuntimeError("hooks this release lacks:\n  " + "\n  ".join(missing))
+    return sum(len(a.HOOKS) for a in adapters)
+
+
 def main():
     tfring.init()
     rank, size = tfring.rank(), tfring.size()
     check_collectives(rank, size)
     losses = check_keras_fit(rank, size)
+    hooks = check_adapters()
     if rank == 0:
         print(f"compat smoke: ok (TensorFlow {tf.__version__}, Keras {keras.__version__}, "
-              f"{size} ranks, loss {losses[0]:.3f} -> {losses[-1]:.3f})", flush=True)
+              f"{size} ranks, loss {losses[0]:.3f} -> {losses[-1]:.3f}, {hooks} hooks' probes "
+              "passed)", flush=True)
     tfring.shutdown()
 
 

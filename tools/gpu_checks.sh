@@ -102,7 +102,7 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer: not on this machine" | tee -a "$summary"
 fi
-run test_nccl_runtime_np4_two_hosts 120 env TFRING_TEST_RANKS_PER_HOST=2 \
+run test_nccl_runtime_np4_two_hosts 120 env RANKS_PER_HOST=2 \
   tools/gpu_ranks.sh 4 $tests --filter=Hierarchical
 run test_mpi_runtime_np4 120 mpirun --oversubscribe -np 4 build/tests/test_mpi_runtime
 # A killed rank: with ULFM the survivors report (the scenario passes, rc 0); without it

@@ -1,5 +1,5 @@
 // Workers joining, with GPU tensors: what tfring.elastic does when host discovery adds a
-// worker (tfring/_elastic_members.py): the running ranks stop their runtime, start the new
+// worker (tfring/_elastic/members.py): the running ranks stop their runtime, start the new
 // worker with MPI_Comm_spawn (this binary again), merge with it, and start a runtime on the
 // merged world, whose first GPU collective makes NCCL anew with the new rank in it.
 //

@@ -39,7 +39,7 @@ class SurvivorsEnvironment : public Environment {
     }
   }
   // After a lost rank, Open MPI's MPI_Finalize can wait for ever (open-mpi/ompi#11404), as
-  // tfring.elastic's workers know (tfring/_elastic_exit.py): finalize under a deadline, and
+  // tfring.elastic's workers know (tfring/_elastic/process_end.py): finalize under a deadline, and
   // end without it, saying so, past that.
   void TearDown() override {
     auto finalized = std::make_shared<std::atomic<bool>>(false);

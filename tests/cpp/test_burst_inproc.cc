@@ -4,7 +4,9 @@
 // together (Coordinator::EnqueueAll) and start at once, in one cycle. Ranks as threads, at
 // sizes 2 and 3.
 #include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cpp/collective_util.h"
@@ -29,12 +31,20 @@ Options LongGap() {
   return o;
 }
 
+// Runs `body` for each size at once, each a job of its own: the tests wait on the batch gap,
+// not on the CPU, so that sizes run in turn would only add up their waits.
+void OnEverySize(const std::function<void(int)>& body) {
+  std::vector<std::thread> jobs;
+  for (int size : kSizes) jobs.emplace_back(body, size);
+  for (std::thread& job : jobs) job.join();
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 TFRING_TEST(BurstInproc, AGroupedOpStartsAtOnceWithAllItsTensors) {
-  for (int size : kSizes) {
+  OnEverySize([](int size) {
     InprocJob job(size, LongGap());
     job.OnEveryRank([&](int rank) {
       std::vector<Entry> group;
@@ -52,11 +62,11 @@ TFRING_TEST(BurstInproc, AGroupedOpStartsAtOnceWithAllItsTensors) {
       EXPECT_TRUE(SecondsSince(start) < kGapSeconds / 2)
           << "the group waited for the batch gap: " << SecondsSince(start) << " s";
     });
-  }
+  });
 }
 
 TFRING_TEST(BurstInproc, ALoneGraphOpWaitsForTheBurstToEnd) {
-  for (int size : kSizes) {
+  OnEverySize([](int size) {
     InprocJob job(size, LongGap());
     job.OnEveryRank([&](int rank) {
       const auto start = std::chrono::steady_clock::now();
@@ -67,7 +77,7 @@ TFRING_TEST(BurstInproc, ALoneGraphOpWaitsForTheBurstToEnd) {
       EXPECT_TRUE(SecondsSince(start) >= kGapSeconds * 0.9)
           << "a graph op started before the burst could end: " << SecondsSince(start) << " s";
     });
-  }
+  });
 }
 
 // Submits `count` graph ops (one tensor each) on `rank` and waits for them; the seconds
@@ -88,7 +98,7 @@ double TimedBurst(InprocJob* job, int rank, int size, int count, const std::stri
 }
 
 TFRING_TEST(BurstInproc, ABurstAsLargeAsTheLastStartsWithoutTheGap) {
-  for (int size : kSizes) {
+  OnEverySize([](int size) {
     InprocJob job(size, LongGap());
     job.OnEveryRank([&](int rank) {
       const double first = TimedBurst(&job, rank, size, 1, "step");
@@ -99,11 +109,11 @@ TFRING_TEST(BurstInproc, ABurstAsLargeAsTheLastStartsWithoutTheGap) {
       EXPECT_TRUE(again < kGapSeconds / 2)
           << "a burst as large as the last waited for the gap: " << again << " s";
     });
-  }
+  });
 }
 
 TFRING_TEST(BurstInproc, ABurstSmallerThanARecentOneWaitsForTheGap) {
-  for (int size : kSizes) {
+  OnEverySize([](int size) {
     InprocJob job(size, LongGap());
     job.OnEveryRank([&](int rank) {
       TimedBurst(&job, rank, size, 2, "step");
@@ -111,7 +121,7 @@ TFRING_TEST(BurstInproc, ABurstSmallerThanARecentOneWaitsForTheGap) {
       EXPECT_TRUE(smaller >= kGapSeconds * 0.9)
           << "one op after a burst of two started without waiting: " << smaller << " s";
     });
-  }
+  });
 }
 
 }  // namespace

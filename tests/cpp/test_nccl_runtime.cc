@@ -410,9 +410,9 @@ TFRING_TEST(NcclRuntime, NcclErrorOnTheLastRankFailsTheOpOnEveryRank) {
   ExpectOneRanksNcclErrorFailsEveryRank(false, Size() - 1);
 }
 
-// With hosts of two ranks (TFRING_TEST_RANKS_PER_HOST=2 at 4 ranks), the failing rank is the
-// second host's first: the first host learns it in the step across hosts, and no host's
-// first rank is left waiting in MPI for it.
+// With hosts of two ranks (at 4 ranks, TFRING_HOSTID by pairs: RANKS_PER_HOST=2
+// tools/gpu_ranks.sh), the failing rank is the second host's first: the first host learns
+// it in the step across hosts, and no host's first rank is left waiting in MPI for it.
 TFRING_TEST(NcclRuntime, NcclErrorInAHierarchicalAllreduceFailsEveryHost) {
   ExpectOneRanksNcclErrorFailsEveryRank(true, Size() / 2);
 }

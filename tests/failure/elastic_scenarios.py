@@ -298,7 +298,7 @@ def _offer(text):
     """Rank 0 rewrites what the discovery script prints, then waits until tfringrun has read
     it (its hosts file, which the commits read, shows the new hosts): the job then changes
     at this batch's commit, as the scenario plans, whatever the discovery's pace."""
-    from tfring._elastic_members import HOSTS_FILE, read_hosts_file
+    from tfring._elastic.members import HOSTS_FILE, read_hosts_file
 
     _write_hosts(text)
     wanted = [(host, int(slots)) for host, _, slots in (line.rpartition(":")

@@ -25,7 +25,7 @@ ADAMW_GROUPS = [[42, 35, 5], [7, 5, 1]]
 
 def padded_total(sizes, itemsize=4):
     """The elements of one group's flat buffer: each variable starts 64 bytes aligned, the
-    zeros in between belong to the blocks too (tfring/_sharded_state.py, ALIGN_BYTES)."""
+    zeros in between belong to the blocks too (tfring/_training/sharded_state.py, ALIGN_BYTES)."""
     align = 64 // itemsize
     return sum(-(-n // align) * align for n in sizes)
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from tfring import _library
+from tfring._process import library
 
 TUNE_ENV = {"TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.01",
             "TFRING_AUTOTUNE_WARMUP_SAMPLES": "1", "TFRING_AUTOTUNE_SAMPLES_PER_TRIAL": "1"}
@@ -19,7 +19,7 @@ TUNE_ENV = {"TFRING_AUTOTUNE": "1", "TFRING_AUTOTUNE_SAMPLE_SECONDS": "0.01",
 def _params():
     import ctypes
     fusion, cycle = ctypes.c_int64(), ctypes.c_double()
-    assert _library.capi().tfring_tuned_params(ctypes.byref(fusion), ctypes.byref(cycle)) == 1
+    assert library.capi().tfring_tuned_params(ctypes.byref(fusion), ctypes.byref(cycle)) == 1
     return fusion.value, cycle.value
 
 

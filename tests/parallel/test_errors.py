@@ -105,7 +105,7 @@ def test_root_rank_out_of_range(rank, size):
 def test_root_rank_out_of_range_in_graph(rank, size):
     # Built before the check could know the size? The kernel checks again when it runs.
     with tf.Graph().as_default():
-        op = tfring._library.ops().tfring_broadcast(tf.zeros([1]), root_rank=size + 3,
+        op = tfring._process.library.ops().tfring_broadcast(tf.zeros([1]), root_rank=size + 3,
                                                     tensor_name="graph_root")
         with tf.compat.v1.Session() as session:
             with pytest.raises(tf.errors.InvalidArgumentError,

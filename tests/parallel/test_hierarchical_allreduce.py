@@ -15,7 +15,7 @@ from _util import rank_input
 
 def _restart(env):
     tfring.shutdown()
-    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TIMELINE", "TFRING_TEST_RANKS_PER_HOST"):
+    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TIMELINE", "TFRING_HOSTID"):
         os.environ.pop(k, None)
     os.environ.update(env)
     tfring.init()
@@ -59,19 +59,26 @@ def test_hierarchical_equals_flat(timeline_path, rank, size):
         assert "MPI_ALLREDUCE" not in phases
 
 
-@pytest.mark.parametrize("per_host", [1, 2])
-def test_hierarchical_across_hosts_made_by_the_test_override(per_host, timeline_path, rank,
-                                                              size):
-    # TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks on this machine, so
-    # the step across hosts really runs: k=1 puts each rank on a host of its own; k=2 at 3
-    # ranks makes hosts of unequal size ({0, 1} and {2}).
+# How each rank names its host (TFRING_HOSTID) to make hosts of ranks on this machine, so
+# that the step across hosts really runs: every rank a host of its own; blocks of 2 (at 3
+# ranks, hosts of unequal size: {0, 1} and {2}); by parity (hosts of ranks not consecutive:
+# {0, 2} and {1}).
+HOST_NAMINGS = {"own": lambda rank: rank, "blocks of 2": lambda rank: rank // 2,
+                "parity": lambda rank: rank % 2}
+
+
+@pytest.mark.parametrize("naming", sorted(HOST_NAMINGS))
+def test_hierarchical_across_hosts_named_by_tfring_hostid(naming, timeline_path, rank, size):
     flat = _reduce_all("flat.hosts")
+    host_of = HOST_NAMINGS[naming]
     _restart({"TFRING_HIERARCHICAL_ALLREDUCE": "1", "TFRING_TIMELINE": timeline_path,
-              "TFRING_TEST_RANKS_PER_HOST": str(per_host)})
-    hosts = [list(range(h, min(h + per_host, size))) for h in range(0, size, per_host)]
-    mine = next(h for h in hosts if rank in h)
-    assert tfring.local_size() == len(mine) and tfring.local_rank() == mine.index(rank)
-    assert tfring.cross_size() == sum(1 for h in hosts if len(h) > tfring.local_rank())
+              "TFRING_HOSTID": f"host-{host_of(rank)}"})
+    hosts = {}
+    for r in range(size):
+        hosts.setdefault(host_of(r), []).append(r)
+    mine = hosts[host_of(rank)]
+    assert (tfring.local_size(), tfring.local_rank()) == (len(mine), mine.index(rank))
+    assert tfring.cross_size() == sum(1 for h in hosts.values() if len(h) > tfring.local_rank())
     hierarchical = _reduce_all("hier.hosts")
     tfring.stop_timeline()
     for f, h in zip(flat, hierarchical):

@@ -125,7 +125,7 @@ def test_reducescatter(rank, size):
 def _restart(env):
     """Restarts tfring with `env` (every rank alike), or with none of it when env is empty."""
     tfring.shutdown()
-    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_TEST_RANKS_PER_HOST", "TFRING_TIMELINE",
+    for k in ("TFRING_HIERARCHICAL_ALLREDUCE", "TFRING_HOSTID", "TFRING_TIMELINE",
               "TFRING_CYCLE_TIME", "TFRING_BATCH_GAP_US"):
         os.environ.pop(k, None)
     os.environ.update(env)
@@ -177,7 +177,7 @@ def test_hierarchical(per_host, timeline_path, rank, size):
     # the step across hosts does all the reducing; 2: at 3 ranks, hosts {0, 1} and {2}.
     env = {"TFRING_HIERARCHICAL_ALLREDUCE": "1", "TFRING_TIMELINE": timeline_path}
     if per_host:
-        env["TFRING_TEST_RANKS_PER_HOST"] = str(per_host)
+        env["TFRING_HOSTID"] = f"block-{rank // per_host}"
     _restart(env)
     for mode in ("eager", "function"):
         results = run(mode, lambda *xs: [[tfring.allreduce(x, op=op) for op in OPS.values()]

@@ -445,7 +445,7 @@ def all_callbacks():
 
 
 def test_every_callback_turns_off_jit_compile_where_xla_cannot_run(monkeypatch):
-    monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
+    monkeypatch.setattr(tfring._ops.xla, "why_unavailable", lambda: "a test says so")
     for callback in all_callbacks():
         model = make_model(seed=0, jit_compile=True)
         assert model.jit_compile
@@ -455,7 +455,7 @@ def test_every_callback_turns_off_jit_compile_where_xla_cannot_run(monkeypatch):
 
 
 def test_every_callback_leaves_jit_compile_on_where_xla_runs():
-    assert tfring._xla.available()
+    assert tfring._ops.xla.available()
     for callback in all_callbacks():
         model = make_model(seed=0, jit_compile=True)
         callback.set_model(model)
@@ -488,7 +488,7 @@ def test_fit_with_jit_compile_runs_without_xla_where_it_cannot_run(rank, size, m
     # A train function built already (as by an earlier fit): it was made with XLA, and a
     # flag turned off afterwards alone would leave fit running it.
     model.make_train_function()
-    monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
+    monkeypatch.setattr(tfring._ops.xla, "why_unavailable", lambda: "a test says so")
     with pytest.warns(UserWarning, match="jit_compile"):
         history = fit(model, [hvd_callbacks.BroadcastGlobalVariablesCallback(0),
                               hvd_callbacks.MetricAverageCallback()], rank)

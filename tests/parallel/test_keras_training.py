@@ -216,7 +216,7 @@ def test_jit_compile_true_fits_without_xla_where_the_lowering_cannot_run(rank, s
                                                                           monkeypatch):
     # A build without the XLA lowerings (or a visible GPU, for now): XLA goes off for the
     # step, with a warning that says why. test_xla.py has the fits that keep XLA.
-    monkeypatch.setattr(tfring._xla, "why_unavailable", lambda: "a test says so")
+    monkeypatch.setattr(tfring._ops.xla, "why_unavailable", lambda: "a test says so")
     model = make_model(keras, seed=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -41,7 +41,8 @@ def test_different_submission_order_in_one_function(rank, size):
 def test_collectives_created_in_different_orders_in_one_function(rank, size):
     # The program order of the allreduces differs by rank. tf.function's automatic control
     # dependencies would chain them in that order and deadlock (each rank waiting for a
-    # different first tensor); tfring exempts its ops from that chaining (tfring/_autodeps.py).
+    # different first tensor); tfring exempts its ops from that chaining
+    # (tfring/_process/autodeps.py).
     order = list(range(N)) if rank % 2 == 0 else list(reversed(range(N)))
 
     @tf.function

@@ -287,12 +287,12 @@ def test_a_function_traced_before_the_ranks_were_renumbered_is_refused(rank, jit
                                 process_set=solo)
 
     assert total().numpy().tolist() == [1.0]
-    tfring.runtime.set_process_set_world(1)
+    tfring._process.runtime.set_process_set_world(1)
     try:
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=rf"'solo_{jit}': process set \[0\] was made before the job "
                                  r"lost a worker \(a tfring.elastic reset\)"):
             total()
     finally:
-        tfring.runtime.set_process_set_world(0)
+        tfring._process.runtime.set_process_set_world(0)
     assert total().numpy().tolist() == [1.0]

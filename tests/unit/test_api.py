@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from tfring import _library, compression
+from tfring import compression
+from tfring._process import library as _library
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,7 +37,7 @@ def test_reduce_op_values_match_the_library():
 
 
 def test_status_codes_match_the_library_and_each_maps_to_an_exception():
-    from tfring import runtime
+    from tfring._process import runtime
 
     values = _enum_values("status.h", "StatusCode")  # kInvalidArgument -> INVALID_ARGUMENT
     assert {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): v for name, v in values.items()} \

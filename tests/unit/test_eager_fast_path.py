@@ -1,5 +1,5 @@
 """One process (size 1): an eager allreduce goes through TensorFlow's own fast path
-(tfring/_eager_call.py), and behaves as it did through the generated op wrapper: results,
+(tfring/_ops/eager_call.py), and behaves as it did through the generated op wrapper: results,
 gradients, errors, and the wrapper's path where the fast one declines."""
 
 import numpy as np
@@ -7,11 +7,12 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from tfring import _eager_call
+from tfring._ops import eager_call as _eager_call
 
 
 class _NoWrapper:
-    """Stands in for tfring._library: any use of the generated wrappers fails the test."""
+    """Stands in for tfring._process.library: any use of the generated wrappers fails the
+    test."""
 
     @staticmethod
     def ops():
@@ -21,7 +22,7 @@ class _NoWrapper:
 @pytest.fixture
 def fast_path_only(monkeypatch):
     tfring.init()
-    monkeypatch.setattr(_eager_call, "_library", _NoWrapper)
+    monkeypatch.setattr(_eager_call, "library", _NoWrapper)
 
 
 def test_named_unnamed_and_scaled_calls_take_the_fast_path(fast_path_only):

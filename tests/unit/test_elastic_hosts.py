@@ -1,6 +1,6 @@
 """Host discovery for elastic jobs, without a job: what tfringrun makes of the script's
-output (tfringrun/discovery.py), what the workers plan from it (tfring/_elastic_members.py),
-the deadline of their MPI_Finalize at exit (tfring/_elastic_exit.py), and the order of
+output (tfringrun/discovery.py), what the workers plan from it (tfring/_elastic/members.py),
+the deadline of their MPI_Finalize at exit (tfring/_elastic/process_end.py), and the order of
 tfring.elastic.run's steps after a reset. The jobs that grow and shrink are in
 tests/failure/test_elastic.py."""
 
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tfring import _elastic_members as members
+from tfring._elastic import members
 from tfringrun import discovery, launcher
 
 
@@ -110,9 +110,9 @@ def test_tfringrun_waits_for_min_np_slots_then_says_how_many_it_got(tmp_path, mo
 
 
 def test_limits_name_the_timeout_when_discovery_offered_too_little():
-    from tfring.elastic import _Limits
+    from tfring._elastic.job import Limits
 
-    limits = _Limits({"TFRING_ELASTIC_MIN_NP": "3"})
+    limits = Limits({"TFRING_ELASTIC_MIN_NP": "3"})
     with pytest.raises(RuntimeError, match=r"2 worker\(s\) are left and --min-np needs 3; the "
                                            r"job cannot go on \(no host offered more within "
                                            r"--elastic-timeout 7 s\)"):
@@ -120,7 +120,7 @@ def test_limits_name_the_timeout_when_discovery_offered_too_little():
 
 
 def test_spawned_workers_get_the_settings_tfringrun_exported():
-    from tfring.common.elastic_environment import EXPORTED_LIST
+    from tfring._elastic.environment import EXPORTED_LIST
     from tfringrun import launcher
 
     env = {"TFRING_FUSION_THRESHOLD": "0", "PATH": "/v/bin", "HOME": "/root",
@@ -138,7 +138,7 @@ def test_spawned_workers_get_the_settings_tfringrun_exported():
 
 
 def test_the_finalize_deadline_is_read_from_its_setting():
-    from tfring import _elastic_exit
+    from tfring._elastic import process_end as _elastic_exit
 
     assert _elastic_exit.timeout_seconds({}) == 10.0
     assert _elastic_exit.timeout_seconds({_elastic_exit.TIMEOUT: " 2.5 "}) == 2.5
@@ -167,7 +167,7 @@ def test_tfringrun_says_1_when_every_worker_ended_on_an_error(tmp_path, capsys):
 
 
 def test_a_raising_worker_leaves_as_lost_only_under_fault_tolerance():
-    from tfring import _elastic_exit
+    from tfring._elastic import process_end as _elastic_exit
     assert _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "1"})  # --with-ft ulfm
     assert _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "true"})
     assert not _elastic_exit._fault_tolerant({"OMPI_MCA_mpi_ft_enable": "0"})
@@ -199,9 +199,10 @@ def _elastic_run_without_a_job(monkeypatch, events, environ=None):
     """tfring.elastic with its reset (re-forming the job) and its finalize at exit replaced
     by notes in `events`; the limits read `environ`."""
     from tfring import elastic
+    from tfring._elastic import job
 
-    monkeypatch.setattr(elastic._elastic_exit, "finalize_within_deadline_at_exit", lambda: None)
-    monkeypatch.setattr(elastic, "_reset_after_loss", lambda limits: events.append("re-form"))
+    monkeypatch.setattr(job.process_end, "finalize_within_deadline_at_exit", lambda: None)
+    monkeypatch.setattr(job, "_reset_after_loss", lambda limits: events.append("re-form"))
     for key in ("TFRING_ELASTIC_MIN_NP", "TFRING_ELASTIC_RESET_LIMIT", members.HOSTS_FILE):
         monkeypatch.delenv(key, raising=False)
     for key, value in (environ or {}).items():
@@ -252,20 +253,21 @@ def test_a_lost_worker_is_told_by_the_runtimes_record_not_by_words(monkeypatch):
     # InternalError; the runtime's record of a lost peer, not the message, says it was one.
     import tensorflow as tf
 
-    from tfring import elastic, runtime
+    from tfring._elastic import job
+    from tfring._process import runtime
 
     internal = tf.errors.InternalError(None, None, "op originally returned UnavailableError")
     monkeypatch.setattr(runtime, "peer_lost", lambda: False)
-    assert not elastic._lost_a_worker(internal)  # the words alone: some other failure
+    assert not job._lost_a_worker(internal)  # the words alone: some other failure
     monkeypatch.setattr(runtime, "peer_lost", lambda: True)
-    assert elastic._lost_a_worker(tf.errors.InternalError(None, None, "anything"))
-    assert elastic._lost_a_worker(tf.errors.UnavailableError(None, None, "peer lost"))
-    assert not elastic._lost_a_worker(tf.errors.InvalidArgumentError(None, None, "bad shape"))
+    assert job._lost_a_worker(tf.errors.InternalError(None, None, "anything"))
+    assert job._lost_a_worker(tf.errors.UnavailableError(None, None, "peer lost"))
+    assert not job._lost_a_worker(tf.errors.InvalidArgumentError(None, None, "bad shape"))
 
 
 def test_no_peer_is_lost_in_a_healthy_runtime():
     import tfring
-    from tfring import runtime
+    from tfring._process import runtime
 
     tfring.init()
     assert runtime.peer_lost() is False

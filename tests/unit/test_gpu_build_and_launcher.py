@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfring import _library
+from tfring._process import library
 from tfring.build import builder, toolchain
 from tfringrun import launcher
 
@@ -59,7 +59,7 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
 
 @pytest.mark.parametrize("record", ["as built", "without nccl"])
 def test_check_build_reports_tf_mpi_and_nccl(record, monkeypatch):
-    info = dict(_library.build_info())
+    info = dict(library.build_info())
     if record == "without nccl":  # the other branch of the NCCL line, whatever was built
         info.update(nccl=False, nccl_version=None, nccl_library=None,
                     nccl_not_built_because="TFRING_WITH_NCCL=0")
@@ -182,17 +182,24 @@ def test_tfringrun_exports_settings_to_every_rank(tmp_path):
 
 def test_gpu_ranks_launcher_gives_each_rank_a_nccl_host_of_its_own():
     # tools/gpu_ranks.sh: N ranks, each with its own NCCL_HOSTID, the shared-GPU switch and
-    # NCCL's socket transport exported to every rank (the GPU run itself needs a GPU).
+    # NCCL's socket transport exported to every rank (the GPU run itself needs a GPU); with
+    # RANKS_PER_HOST=k, tfring's hosts of k ranks (TFRING_HOSTID).
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, MPIRUN=os.path.join(os.path.dirname(sys.executable), "mpirun"),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.pop("TFRING_HOSTID", None)
     show = ("import os; print(' '.join(os.environ.get(k, '-') for k in ('NCCL_HOSTID', "
-            "'TFRING_TEST_SHARE_GPU', 'NCCL_NET', 'NCCL_SOCKET_IFNAME', 'NCCL_P2P_DISABLE')))")
-    out = subprocess.run([os.path.join(root, "tools", "gpu_ranks.sh"), "3", sys.executable,
-                          "-c", show], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = sorted(out.stdout.split("\n")[:-1])
-    assert lines == [f"tfring-rank-{r} 1 Socket lo 1" for r in range(3)], out.stdout
+            "'TFRING_TEST_SHARE_GPU', 'NCCL_NET', 'NCCL_SOCKET_IFNAME', 'NCCL_P2P_DISABLE', "
+            "'TFRING_HOSTID')))")
+    for per_host, hostids in ((None, ["-"] * 3), ("2", ["host-0", "host-0", "host-1"])):
+        run_env = dict(env, RANKS_PER_HOST=per_host) if per_host else env
+        out = subprocess.run([os.path.join(root, "tools", "gpu_ranks.sh"), "3",
+                              sys.executable, "-c", show], env=run_env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        lines = sorted(out.stdout.split("\n")[:-1])
+        assert lines == [f"tfring-rank-{r} 1 Socket lo 1 {hostids[r]}" for r in range(3)], \
+            out.stdout
 
 
 def test_elastic_flags_turn_on_mpis_fault_tolerance_and_pass_the_limits():
@@ -246,9 +253,9 @@ def test_bad_elastic_arguments_are_clear(capsys):
 
 
 def test_elastic_limits_name_the_counts():
-    from tfring.elastic import _Limits
+    from tfring._elastic.job import Limits
 
-    limits = _Limits({"TFRING_ELASTIC_MIN_NP": "3", "TFRING_ELASTIC_RESET_LIMIT": "2"})
+    limits = Limits({"TFRING_ELASTIC_MIN_NP": "3", "TFRING_ELASTIC_RESET_LIMIT": "2"})
     limits.check_enough_workers(3)
     with pytest.raises(RuntimeError, match=r"2 worker\(s\) are left and --min-np needs 3"):
         limits.check_enough_workers(2)
@@ -256,11 +263,11 @@ def test_elastic_limits_name_the_counts():
     with pytest.raises(RuntimeError, match=r"after 2 reset\(s\), and --reset-limit 2 allows "
                                            r"no more.*lost rank 2"):
         limits.check_reset_allowed(2, ValueError("lost rank 2"))
-    unlimited = _Limits({})
+    unlimited = Limits({})
     unlimited.check_enough_workers(1)
     unlimited.check_reset_allowed(100, ValueError("x"))
     with pytest.raises(ValueError, match="TFRING_ELASTIC_MIN_NP='two'"):
-        _Limits({"TFRING_ELASTIC_MIN_NP": "two"})
+        Limits({"TFRING_ELASTIC_MIN_NP": "two"})
 
 
 def test_discovery_min_np_defaults_to_np_as_horovodruns(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tfring
-from tfring import gpu_pinning
+from tfring._process import gpu_pinning
 
 
 class FakeGpu:

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import tfring
 import tfring.keras as hvd
-from tfring import _gradients
+from tfring._training import gradients
 from tfring.keras import _epoch_end, callbacks
 
 
@@ -42,11 +42,11 @@ def test_gradient_names_ignore_per_process_layer_numbers():
         def __init__(self, path):
             self.path = path
 
-    a = _gradients.gradient_names("k", [V("sequential_3/dense_12/kernel"), V("dense_2/bias")])
-    b = _gradients.gradient_names("k", [V("sequential/dense/kernel"), V("dense/bias")])
+    a = gradients.gradient_names("k", [V("sequential_3/dense_12/kernel"), V("dense_2/bias")])
+    b = gradients.gradient_names("k", [V("sequential/dense/kernel"), V("dense/bias")])
     assert a == b
     assert a[0].endswith(".0.sequential/dense/kernel") and a[1].endswith(".1.dense/bias")
-    other = _gradients.gradient_names("k", [V("sequential/dense/kernel")])
+    other = gradients.gradient_names("k", [V("sequential/dense/kernel")])
     assert other[0] != a[0]  # a different variable list gets different names
 
 
@@ -95,7 +95,7 @@ def test_epoch_state_goes_with_its_model():
 def test_tape_accumulators_go_with_their_variables():
     import gc
 
-    from tfring import gradient_tape
+    from tfring._training import gradient_tape
 
     tfring.init()
     before = len(gradient_tape._ACCUMULATORS)

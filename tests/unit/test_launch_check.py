@@ -1,5 +1,5 @@
 """A job its launcher started as several processes that MPI sees one by one is refused at
-init(), saying what to run; a deliberate single process is not (tfring/_launch_check.py)."""
+init(), saying what to run; a deliberate single process is not (tfring/_process/launch_check.py)."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfring import _launch_check as check
+from tfring._process import launch_check as check
 
 MPI = "Open MPI v5.0.11"
 

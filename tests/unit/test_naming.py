@@ -7,7 +7,7 @@ import sys
 import tensorflow as tf
 
 import tfring
-from tfring import naming
+from tfring._ops import naming
 
 
 def _tensor_names(graph, op_type):

@@ -1,4 +1,4 @@
-"""The blocks of sharded optimizer state (tfring/_sharded_state.py), laid out for 1 to 4
+"""The blocks of sharded optimizer state (tfring/_training/sharded_state.py), laid out for 1 to 4
 ranks in one process: every element of every variable is in exactly one rank's block, the
 padding keeps each variable's start aligned, and the split of a gathered buffer shares its
 memory (the gathered weights reach the model without a copy)."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfring import _sharded_state
+from tfring._training import sharded_state as _sharded_state
 
 SHAPES = [(3, 5), (1,), (7,), (0,), (4, 4, 2), (33,)]
 
@@ -71,12 +71,12 @@ def test_the_split_of_a_gathered_buffer_shares_its_memory():
 
 
 def test_views_refuse_pieces_outside_the_buffer_or_unaligned():
-    from tfring import _library
+    from tfring._process import library
     flat = tf.zeros([64])
     with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
-        _library.ops().tfring_views(flat, offsets=[48], shapes=[[17]], N=1)
+        library.ops().tfring_views(flat, offsets=[48], shapes=[[17]], N=1)
     with pytest.raises(tf.errors.InvalidArgumentError, match="aligned"):
-        _library.ops().tfring_views(flat, offsets=[3], shapes=[[2]], N=1)
+        library.ops().tfring_views(flat, offsets=[3], shapes=[[2]], N=1)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tfring import _library
+from tfring._process import library as _library
 from tfring.build import builder, toolchain
 
 
@@ -66,7 +66,7 @@ def test_an_optional_source_that_fails_to_compile_is_returned_not_raised(tmp_pat
 def test_a_visible_gpu_keeps_tfring_out_of_xla_unless_asked(monkeypatch):
     import tensorflow as tf
 
-    from tfring import _xla
+    from tfring._ops import xla as _xla
 
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: ["fake GPU"] if kind == "GPU" else [])

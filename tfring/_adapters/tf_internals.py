@@ -29,7 +29,7 @@ HOOKS = (
          "eager.core._NotOkStatusException/_FallbackException, "
          "framework.ops.raise_from_not_ok_status",
          "a small eager allreduce through TensorFlow's own fast path, as its generated op "
-         "wrappers call it (tfring/_eager_call.py; without it, the generated wrapper)",
+         "wrappers call it (tfring/_ops/eager_call.py; without it, the generated wrapper)",
          "none known", lambda: "" if fast_path() is not None else
          "one of TensorFlow's eager fast-path internals is gone"),
     Hook("tensorflow.python.ops.control_flow_util.GraphOrParentsInXlaContext",

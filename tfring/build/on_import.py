@@ -7,7 +7,7 @@ TFRING_BUILD_ON_IMPORT=0 turns that off: the import then fails with the command 
 
 A failed build is an ImportError with the compiler's error and the section of BUILD.md that
 says what to do. Processes that waited on the failed build fail with the same error instead
-of each trying again. (tfring/_library.py loads what this builds.)
+of each trying again. (tfring/_process/library.py loads what this builds.)
 """
 
 import json

@@ -11,14 +11,14 @@ The classic Horovod Keras script works with one changed import:
               verbose=1 if hvd.rank() == 0 else 0)
 """
 
-from tfring._horovod_util import is_version_greater_equal_than  # noqa: F401
+from tfring._ops.horovod_util import is_version_greater_equal_than  # noqa: F401
 from tfring._init import init  # noqa: F401
 from tfring.collectives import Average, Max, Min, Product, Sum  # noqa: F401
 from tfring.compression import Compression  # noqa: F401
-from tfring.gpu_pinning import pin_gpu  # noqa: F401
-from tfring.process_sets import (  # noqa: F401
+from tfring._process.gpu_pinning import pin_gpu  # noqa: F401
+from tfring._ops.process_sets import (  # noqa: F401
     ProcessSet, add_process_set, global_process_set, remove_process_set)
-from tfring.runtime import (  # noqa: F401
+from tfring._process.runtime import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
     nccl_built, rank, rocm_built, shutdown, sycl_built, size, start_timeline, stop_timeline)

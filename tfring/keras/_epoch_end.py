@@ -14,7 +14,8 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from tfring import collectives, functions, runtime
+from tfring import collectives, functions
+from tfring._process import runtime
 from tfring._adapters import keras3
 from tfring.keras import _callback_util as util
 from tfring.keras import _tf_keras

@@ -9,7 +9,7 @@ import warnings
 
 import tensorflow as tf
 
-from tfring import runtime
+from tfring._process import runtime
 from tfring._adapters import keras3
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _callback_util as util

@@ -1,5 +1,5 @@
 """shard_optimizer_state=True for the Keras 3 wrappers: the wrapped optimizer keeps and
-updates this rank's block of the weights only (tfring/_sharded_state.py says how).
+updates this rank's block of the weights only (tfring/_training/sharded_state.py says how).
 
 The wrapped optimizer is built on block variables (one per group, of the block's size)
 instead of the model's variables, so its slots are blocks too. Each step copies this rank's
@@ -17,11 +17,13 @@ separate groups, and the block of the group without it is excluded from decay.
 import keras
 import tensorflow as tf
 
-from tfring import _sharded_state, collectives, runtime
+from tfring import collectives
+from tfring._training import sharded_state as _sharded_state
+from tfring._process import runtime
 from tfring._adapters import keras3
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded_checkpoint, _tf_keras
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 
 def check_options(op, process_set, groups):

@@ -22,7 +22,9 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from tfring import _data_movement, functions, runtime
+from tfring import functions
+from tfring._ops import data_movement
+from tfring._process import runtime
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _sharded_tf_checkpoint, _tf_keras
 
@@ -140,7 +142,7 @@ class ShardedCheckpoint:
         for variable, g, name in self._slots:
             block = tf.convert_to_tensor(variable)
             splits = [int(block.shape[0]) if r == 0 else 0 for r in range(size)]
-            whole, _ = _data_movement.alltoall(
+            whole, _ = data_movement.alltoall(
                 block, splits=splits, name=f"{self._update._name}.state.{g}.{name}")
             if rank == 0:
                 snapshot[(g, name)] = whole.numpy()
@@ -283,7 +285,7 @@ class ShardedCheckpoint:
                 mine = (self._loaded or {}).get((g, name))
                 value = mine if mine is not None else np.zeros(
                     layout.total, layout.dtype.as_numpy_dtype)
-                whole[(g, name)] = _data_movement.broadcast(
+                whole[(g, name)] = data_movement.broadcast(
                     tf.constant(value), root_rank,
                     name=f"{self._update._name}.loaded.{g}.{name}").numpy()
             self._assign_blocks(whole)

@@ -3,7 +3,8 @@
 tf_keras optimizers aggregate gradients across replicas in one overridable method, which
 `apply_gradients` calls before it applies them: `aggregate_gradients` on the optimizers of
 tf_keras.optimizers, its private predecessor on tf_keras.optimizers.legacy
-(tfring/_adapters/tf_keras.py). tfring replaces that method on the optimizer object with an allreduce over ranks. Its LossScaleOptimizer
+(tfring/_adapters/tf_keras.py). tfring replaces that method on the optimizer object with an
+allreduce over ranks. Its LossScaleOptimizer
 aggregates through the inner optimizer's method before it tests for inf/nan, so every rank
 tests the same gradients. The object stays what it was (an Adam stays an Adam), so saving
 and loading need nothing of tfring; tfring.keras.load_model hooks the loaded optimizer.
@@ -20,7 +21,8 @@ import sys
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients
+from tfring._training import accumulation as _accumulation
+from tfring._training import gradients as _gradients
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _xla
 
@@ -142,7 +144,7 @@ def hook_accumulation(optimizer, passes, average, aggregate, reduced_already,
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
         build_slots(optimizer, variables)  # variables cannot be created inside the tf.cond
-        accumulator.build(variables)  # once; local state, see tfring/_accumulation.py
+        accumulator.build(variables)  # once; local state, see tfring/_training/accumulation.py
         is_update = accumulator.add(grads)
 
         def update():

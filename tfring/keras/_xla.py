@@ -2,7 +2,7 @@
 
 Keras 3 compiles the train step with XLA when `jit_compile=True`, and `jit_compile="auto"`
 (the default) turns it on whenever a GPU is visible. tfring's allreduce has an XLA lowering
-(tfring/_xla.py), so the user's choice holds: the step is compiled with the gradients'
+(tfring/_ops/xla.py), so the user's choice holds: the step is compiled with the gradients'
 reduction inside it.
 
 Where the lowering cannot run (a build without it, or a visible GPU: the lowering runs on
@@ -17,7 +17,7 @@ with an error that says what to change.
 
 import warnings
 
-from tfring import _xla
+from tfring._ops import xla as _xla
 from tfring._adapters import keras3
 
 _WARNED = set()

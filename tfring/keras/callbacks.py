@@ -45,7 +45,9 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from tfring import _gradients, functions, runtime
+from tfring import functions
+from tfring._training import gradients
+from tfring._process import runtime
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _callback_util as util
 from tfring.keras import _epoch_end, _values
@@ -98,7 +100,7 @@ class BroadcastGlobalVariablesCallback(_epoch_end.EndEpochTogether, util.NoXlaMi
 
     def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
-        self.local_variables = _gradients.LocalVariables()
+        self.local_variables = gradients.LocalVariables()
         if local_variables is not None:
             listed = local_variables if isinstance(local_variables, (list, tuple)) else \
                 [local_variables]

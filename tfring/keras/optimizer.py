@@ -22,10 +22,12 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives, functions
+from tfring import collectives, functions
+from tfring._training import accumulation as _accumulation
+from tfring._training import gradients as _gradients
 from tfring._adapters import keras3, tf_internals
 from tfring.compression import Compression
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 from tfring.keras import _sharded, _tf_keras, _tf_keras_sharded, _xla
 
 _KIND = "keras.DistributedOptimizer"
@@ -118,7 +120,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     (their gradients divided by the set's size when scale_local_gradients is on). Give the
     same layers' variables to BroadcastGlobalVariablesCallback(local_variables=...) to keep
     their initial values local too. shard_optimizer_state=True is refused with local layers."""
-    from tfring.gradient_tape import _local_layers
+    from tfring._training.gradient_tape import _local_layers
     layers = _local_layers(local_layers)
     if shard_optimizer_state and layers:
         raise ValueError("PartialDistributedOptimizer: shard_optimizer_state=True cannot keep "
@@ -195,7 +197,7 @@ class _DistributedMixin:
     def _build_distributed(self, var_list):
         if self.backward_passes_per_step == 1 or self._accumulator is not None:
             return
-        # Local state, not optimizer variables: see tfring/_accumulation.py.
+        # Local state, not optimizer variables: see tfring/_training/accumulation.py.
         self._accumulator = _accumulation.GradientAccumulator(
             self.backward_passes_per_step, self.average_aggregated_gradients)
         self._accumulator.build(var_list)

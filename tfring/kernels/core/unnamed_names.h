@@ -1,6 +1,6 @@
 // Numbers of unnamed eager calls (TensorKey::unnamed, shown "unnamed.<n>"), counting such
 // calls per process set since init, so that ranks making the same calls pair them in order
-// (tfring/naming.py).
+// (tfring/_ops/naming.py).
 //
 // When ranks' calls drift apart (one rank made a call the others did not), rank 0 fails the
 // calls involved on every rank (Negotiator::TakeDrifted). Every rank then moves its count

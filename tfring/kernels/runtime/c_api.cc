@@ -1,4 +1,4 @@
-// The C API that tfring/runtime.py calls through ctypes: lifetime and process layout.
+// The C API that tfring/_process/runtime.py calls through ctypes: lifetime and process layout.
 // Collectives do not go through here; they are TensorFlow ops (tf/kernels.cc).
 #include <cstdint>
 #include <cstring>

@@ -28,7 +28,7 @@ class GlobalRuntime {
   void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
   // AtExit(), and MPI_Finalize whoever initialized MPI if `finalize_anyway`, under a
   // deadline: a call still waiting after `seconds` (Open MPI's finalize can wait for ever
-  // after a lost worker; tfring/_elastic_exit.py) prints `message` and ends the process
+  // after a lost worker; tfring/_elastic/process_end.py) prints `message` and ends the process
   // with `exit_status`. Its own thread keeps the time: no lock (the GIL) can stop it.
   void AtExitWithin(double seconds, bool finalize_anyway, int exit_status,
                     const std::string& message);

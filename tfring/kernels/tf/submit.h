@@ -44,7 +44,7 @@ inline bool AcquireRuntime(OpKernelContext* ctx, const std::string& name,
 }
 
 // Tensor `t`'s (called `name`) tfring dtype in *dtype. Which dtypes an op takes is checked
-// once, where the user calls it (tfring/_op_support.py, check_dtype), and declared to
+// once, where the user calls it (tfring/_ops/op_support.py, check_dtype), and declared to
 // TensorFlow by the op's registration (ops.cc), so the conversion cannot fail here unless
 // the two disagree: an internal error. What is checked here depends on where the tensor
 // lives, which only the kernel knows: NCCL has no 16-bit integers (the GPU kernels' type
@@ -134,7 +134,7 @@ struct ProcessSetAttr {
 };
 
 // How an op's tensors are named: its "tensor_name" and "call_site" attributes. A name the
-// user gave or one derived from the graph (tfring/naming.py) is used as it is. An unnamed
+// user gave or one derived from the graph (tfring/_ops/naming.py) is used as it is. An unnamed
 // eager call has an empty tensor_name and takes the next number of its process set
 // (TensorKey::unnamed) only when it is queued (Coordinator::NextUnnamedNumber): a call that
 // fails its checks shifts no later number, and the attributes (so TensorFlow's cached

@@ -1,6 +1,6 @@
 // TfringViews: pieces of a flat tensor, shaped, that share its memory (no copy).
 //
-// Sharded optimizer state (tfring/_sharded_state.py) gathers the updated weights into one
+// Sharded optimizer state (tfring/_training/sharded_state.py) gathers the updated weights into one
 // flat buffer and hands each variable its piece. TensorFlow's own split shares the buffer
 // only when every piece both starts and ends 64-byte aligned, so a variable of 1,000
 // float32 (4,000 bytes) makes it copy every weight. The buffer's layout starts every piece

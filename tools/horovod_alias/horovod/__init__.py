@@ -13,7 +13,7 @@ import tfring.elastic
 import tfring.keras
 import tfring.keras.callbacks
 import tfring.keras.elastic
-from tfring import _horovod_util
+from tfring._ops import horovod_util
 
 
 def _module(name, **attributes):
@@ -42,7 +42,7 @@ def _env_rank_and_size():
 
 
 util = _module("horovod.tensorflow.util", _executing_eagerly=_executing_eagerly,
-               vars_to_refs=_horovod_util.vars_to_refs, refs_to_vars=_horovod_util.refs_to_vars)
+               vars_to_refs=horovod_util.vars_to_refs, refs_to_vars=horovod_util.refs_to_vars)
 common = _module("horovod.common",
                  exceptions=_module(
                      "horovod.common.exceptions",
@@ -50,7 +50,7 @@ common = _module("horovod.common",
                      HostsUpdatedInterrupt=tfring.common.exceptions.HostsUpdatedInterrupt),
                  util=_module("horovod.common.util",
                               is_version_greater_equal_than=(
-                                  _horovod_util.is_version_greater_equal_than)))
+                                  horovod_util.is_version_greater_equal_than)))
 runner = _module("horovod.runner",
                  util=_module("horovod.runner.util",
                               threads=_module("horovod.runner.util.threads",

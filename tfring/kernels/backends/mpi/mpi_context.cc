@@ -14,13 +14,27 @@
 namespace tfring {
 namespace {
 
+// The name a rank gives its host: TFRING_HOSTID where set (docs/settings.md; as NCCL_HOSTID
+// does for NCCL, it lets ranks of one machine count as hosts of their own: containers that
+// should, or a hierarchical allreduce tried on one machine), else the hostname. Names given
+// by TFRING_HOSTID start with '\x01', which no hostname does, so that the two never meet.
+std::string HostName() {
+  constexpr int kName = 256;
+  const char* id = std::getenv("TFRING_HOSTID");
+  if (id != nullptr && *id != '\0') return std::string("\x01") + id;
+  std::vector<char> name(kName, '\0');
+  gethostname(name.data(), kName - 1);
+  return std::string(name.data());
+}
+
 // The host of each rank of `parent`, as a group number (the lowest rank on that host): the
-// ranks are joined when MPI's shared-memory split puts them together or when their
-// hostnames are equal. MPI's split alone is not enough: under Slurm's direct launch
-// (`srun --mpi=pmix`, Slurm 22.05, Open MPI 5) PMIx tells Open MPI nothing of locality, and
-// every rank comes out alone on its "host" (local_rank 0 everywhere: every rank would pin
-// GPU 0). The hostname alone is not enough either where one machine's processes carry
-// different names (containers with their own UTS namespace share memory only if MPI says so).
+// ranks are joined when their host names are equal, and, for ranks without TFRING_HOSTID,
+// when MPI's shared-memory split puts them together. MPI's split alone is not enough: under
+// Slurm's direct launch (`srun --mpi=pmix`, Slurm 22.05, Open MPI 5) PMIx tells Open MPI
+// nothing of locality, and every rank comes out alone on its "host" (local_rank 0
+// everywhere: every rank would pin GPU 0). The hostname alone is not enough either where one
+// machine's processes carry different names (containers with their own UTS namespace share
+// memory only if MPI says so).
 Status HostGroups(MPI_Comm parent, int rank, int size, std::vector<int>* group) {
   MPI_Comm shared;
   TFRING_MPI_CHECK(
@@ -31,12 +45,20 @@ Status HostGroups(MPI_Comm parent, int rank, int size, std::vector<int>* group) 
   TFRING_MPI_CHECK(rc);
   constexpr int kName = 256;
   std::vector<char> mine(kName, '\0'), names(static_cast<size_t>(kName) * size);
-  gethostname(mine.data(), kName - 1);
+  const std::string host = HostName();
+  std::copy_n(host.begin(), std::min<size_t>(host.size(), kName - 1), mine.begin());
   std::vector<int> leaders(size);
   TFRING_MPI_CHECK(MPI_Allgather(mine.data(), kName, MPI_CHAR, names.data(), kName, MPI_CHAR,
                                  parent));
   TFRING_MPI_CHECK(
       MPI_Allgather(&shared_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, parent));
+  std::vector<std::string> hostnames(size);
+  for (int r = 0; r < size; ++r) {
+    hostnames[r] = std::string(&names[static_cast<size_t>(r) * kName]);
+  }
+  auto named = [&hostnames](int r) {
+    return !hostnames[r].empty() && hostnames[r][0] == '\x01';
+  };
   // Union-find over ranks, each root the lowest rank of its group.
   group->resize(size);
   for (int r = 0; r < size; ++r) (*group)[r] = r;
@@ -49,10 +71,8 @@ Status HostGroups(MPI_Comm parent, int rank, int size, std::vector<int>* group) 
     b = root(b);
     if (a != b) (*group)[std::max(a, b)] = std::min(a, b);
   };
-  std::vector<std::string> hostnames(size);
   for (int r = 0; r < size; ++r) {
-    hostnames[r] = std::string(&names[static_cast<size_t>(r) * kName]);
-    join(r, leaders[r]);
+    if (!named(r) && !named(leaders[r])) join(r, leaders[r]);
     for (int q = 0; q < r; ++q) {
       if (hostnames[q] == hostnames[r]) {
         join(r, q);
@@ -64,18 +84,8 @@ Status HostGroups(MPI_Comm parent, int rank, int size, std::vector<int>* group) 
   return Status::OK();
 }
 
-// The ranks of `parent` on this rank's host, in rank order (HostGroups). For tests only,
-// TFRING_TEST_RANKS_PER_HOST=k makes "hosts" of k consecutive ranks instead, so that
-// hierarchical paths (reduce within a host, then across hosts) run on one machine. Read
-// here, at each split, not with the other settings: it changes what MPI reports, not how
-// tfring runs, and every rank must set it alike.
+// The ranks of `parent` on this rank's host, in rank order (HostGroups).
 Status SplitByHost(MPI_Comm parent, int rank, MPI_Comm* local) {
-  const char* raw = std::getenv("TFRING_TEST_RANKS_PER_HOST");
-  const int per_host = raw != nullptr ? std::atoi(raw) : 0;
-  if (per_host > 0) {
-    TFRING_MPI_CHECK(MPI_Comm_split(parent, rank / per_host, rank, local));
-    return Status::OK();
-  }
   int size = 0;
   TFRING_MPI_CHECK(MPI_Comm_size(parent, &size));
   std::vector<int> group;

@@ -9,7 +9,7 @@
 //
 // Not yet run: no machine of this project has had TensorFlow and a GPU together. tfring's
 // Python layer keeps XLA off where a GPU is visible unless TFRING_XLA_GPU=1 asks for this
-// path (tfring/_xla.py, docs/xla.md).
+// path (tfring/_ops/xla.py, docs/xla.md).
 #include "tfring/kernels/common/build_config.h"
 
 #if TFRING_WITH_NCCL

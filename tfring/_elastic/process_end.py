@@ -20,9 +20,10 @@ import os
 import signal
 import sys
 
-from tfring import _library, runtime
-from tfring.common.elastic_environment import FINALIZE_TIMEOUT as TIMEOUT
-from tfring.common.elastic_environment import STATUS_DIR
+from tfring._process import library as _library
+from tfring._process import runtime
+from tfring._elastic.environment import FINALIZE_TIMEOUT as TIMEOUT
+from tfring._elastic.environment import STATUS_DIR
 _armed = False
 
 

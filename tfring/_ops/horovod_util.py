@@ -2,7 +2,7 @@
 
 import warnings
 
-from tfring._op_support import resolve_op
+from tfring._ops.op_support import resolve_op
 
 
 def split_list(items, n):
@@ -57,7 +57,7 @@ def gpu_available(ext_base_name="tensorflow", verbose=False):
         raise ValueError(f"tfring is for TensorFlow; gpu_available({ext_base_name!r}) does not "
                          "apply")
     import tensorflow as tf
-    from tfring import runtime
+    from tfring._process import runtime
     available = runtime.nccl_built() and bool(tf.config.list_physical_devices("GPU"))
     if verbose:
         print(f"tfring: GPU path built: {runtime.nccl_built()}, GPUs visible to TensorFlow: "
@@ -73,5 +73,5 @@ def check_extension(ext_name="tfring", ext_env_var="", pkg_path="", *args):
     if framework not in ("tfring", "tensorflow", "keras"):
         raise ImportError(f"tfring is for TensorFlow and Keras only; it has no {ext_name!r} "
                           "extension.")
-    from tfring import _library
+    from tfring._process import library as _library
     _library.ops()  # ImportError naming the missing library or the TensorFlow mismatch

@@ -7,17 +7,17 @@ Horovod defines them for a loss that each rank computes and that ranks then aver
 - reducescatter: every rank's block gathered (times the set's size for Sum), times the op's
   scale factors;
 - alltoall: the gradient sent back the way the rows came.
-The collectives they run are named like any other (tfring/naming.py): from the graph when
+The collectives they run are named like any other (tfring/_ops/naming.py): from the graph when
 differentiated in one, in call order when an eager tape computes them.
 """
 
 import tensorflow as tf
 
-from tfring import runtime
-from tfring._data_movement import allgather, alltoall
-from tfring._op_support import OP_NAMES, Average, Sum, set_size
-from tfring.collectives import allreduce, grouped_allreduce
-from tfring.process_sets import from_attr, global_process_set
+from tfring._process import runtime
+from tfring._ops.data_movement import allgather, alltoall
+from tfring._ops.op_support import OP_NAMES, Average, Sum, set_size
+from tfring._ops.reductions import allreduce, grouped_allreduce
+from tfring._ops.process_sets import from_attr, global_process_set
 
 
 def _differentiable_op(op, what):

@@ -18,7 +18,7 @@ after TensorFlow has started using the GPUs. It imports only TensorFlow and the 
 
 import tensorflow as tf
 
-from tfring import runtime
+from tfring._process import runtime
 
 
 def pin_gpu(memory_growth=True):

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from tfring.common.elastic_environment import (  # noqa: F401  (tests read them here)
+from tfring._elastic.environment import (  # noqa: F401  (tests read them here)
     EXPORTED_LIST, HOSTS_FILE, MAX_NP, MIN_NP, START_HOSTS, START_TIMEOUT, TIMEOUT)
 
 # How long a rank 0 short of --min-np waits between readings of the hosts file.
@@ -265,10 +265,11 @@ def start_timeout_seconds():
 def spawn_environment(environ=os.environ):
     """What a spawned worker is given of this one's environment ("NAME=value" arguments of
     env(1)): what tfringrun exported to the first workers (it lists their names in
-    EXPORTED_LIST), for mpirun's -x does not reach spawned ones. Not NCCL_HOSTID, which
-    names the host of the process that has it."""
+    EXPORTED_LIST), for mpirun's -x does not reach spawned ones. Not NCCL_HOSTID nor
+    TFRING_HOSTID, which name the host of the process that has them."""
     names = {n for n in environ.get(EXPORTED_LIST, "").split(",") if n in environ}
-    return [f"{k}={environ[k]}" for k in sorted(names) if k != "NCCL_HOSTID"]
+    return [f"{k}={environ[k]}" for k in sorted(names)
+            if k not in ("NCCL_HOSTID", "TFRING_HOSTID")]
 
 
 def _int_env(key):

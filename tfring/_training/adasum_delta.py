@@ -15,7 +15,9 @@ set applies its own gradients alone, as in the other wrappers.
 
 import tensorflow as tf
 
-from tfring import _gradients, _tf1_state, collectives
+from tfring import collectives
+from tfring._training import gradients as _gradients
+from tfring._training import tf1_state as _tf1_state
 
 
 class AdasumDelta:
@@ -49,7 +51,7 @@ class AdasumDelta:
             return apply_fn()  # as the other wrappers: outside the set, train alone
         variables = [v for g, v in grads_and_vars if g is not None and v not in self._local]
         step, starts = self._state_for(variables)
-        # TF1: the state may be newer than the script's initializer (tfring/_tf1_state.py):
+        # TF1: the state may be newer than the script's initializer (tfring/_training/tf1_state.py):
         # the step starts at 0, a start at its variable's value.
         ready = _tf1_state.initialize_if_needed(
             [step] + starts,

@@ -15,9 +15,10 @@ import zlib
 
 import tensorflow as tf
 
-from tfring import _xla, collectives
+from tfring import collectives
+from tfring._ops import xla as _xla
 from tfring.compression import Compression
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
 _AUTO_NUMBER = re.compile(r"_\d+(?=/|$)")
@@ -156,7 +157,7 @@ def allreduce_gradients(grads, variables, *, op=collectives.Average,
     names = gradient_names(kind, variables)
     if _xla.in_xla_context():
         # Under XLA each op is one call that runs alone, and allgather has no lowering
-        # (tfring/_xla.py): one group gives the runtime the step's gradients at once, to fuse
+        # (tfring/_ops/xla.py): one group gives the runtime the step's gradients at once, to fuse
         # as it fuses separate ops eagerly, and sparse gradients are reduced as dense ones.
         sparse_as_dense = True
         groups = 1 if groups is None else groups

@@ -25,7 +25,11 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from tfring import _data_movement, _gradients, _library, _xla, collectives
+from tfring import collectives
+from tfring._ops import data_movement
+from tfring._training import gradients as _gradients
+from tfring._process import library
+from tfring._ops import xla
 from tfring.compression import Compression
 
 
@@ -120,10 +124,10 @@ class GroupLayout:
         """The group's buffer as one tensor per variable, shaped as it, each a view of the
         buffer's memory (TfringViews, see ALIGN_BYTES). Under XLA, slices: XLA places its
         own buffers, and TfringViews has no lowering."""
-        if _xla.in_xla_context():
+        if xla.in_xla_context():
             return [tf.reshape(flat[offset:offset + n], shape) for offset, n, shape
                     in zip(self.offsets, self.sizes, self.shapes)]
-        return _library.ops().tfring_views(flat, offsets=self.offsets, shapes=self.shapes,
+        return library.ops().tfring_views(flat, offsets=self.offsets, shapes=self.shapes,
                                            N=len(self.shapes))
 
     def placed(self, block):
@@ -223,14 +227,14 @@ class ShardedUpdate:
         (in the order of `variables`)."""
         out = [None] * len(self.variables)
         blocks = [tf.convert_to_tensor(block) for block in blocks]
-        if _xla.in_xla_context():
+        if xla.in_xla_context():
             # An allgather's output shape depends on the other ranks, so it has no XLA
             # lowering; a sum of the placed blocks gives the same buffer (twice the bytes).
             gathered = collectives.grouped_allreduce(
                 [layout.placed(block) for layout, block in zip(self.layouts, blocks)],
                 op=collectives.Sum, name=f"{self._name}.weights")
         else:
-            gathered = _data_movement.grouped_allgather(blocks, name=f"{self._name}.weights")
+            gathered = data_movement.grouped_allgather(blocks, name=f"{self._name}.weights")
         for layout, m, flat in zip(self.layouts, self.members, gathered):
             # A rank that joined (tfring.join: uneven data) adds no block: say so, rather
             # than fail to split a short buffer.

@@ -6,7 +6,8 @@ import enum
 import os
 import sys
 
-from tfring import _library, _mpi_wheel
+from tfring._process import library as _library
+from tfring._process import mpi_wheel
 
 
 class StatusCode(enum.IntEnum):
@@ -33,7 +34,7 @@ _INIT_ERRORS = {
 }
 _atexit_registered = False
 # Whether mpi4py had initialized MPI before tfring first started: then mpi4py, not tfring,
-# calls MPI_Finalize at exit (tfring/_elastic_exit.py needs to know which).
+# calls MPI_Finalize at exit (tfring/_elastic/process_end.py needs to know which).
 _mpi4py_owns_mpi = None
 
 
@@ -47,8 +48,8 @@ def start(comm=None):
         _mpi4py_owns_mpi = mpi is not None and mpi.Is_initialized()
     kind, ranks, handle = _world_choice(comm)
     # Before MPI starts: Slurm's srun does not tell the wheel's Open MPI where it lives.
-    _mpi_wheel.point_at_wheel(os.environ, _library.build_info().get("mpicxx"),
-                              _mpi_wheel.wheel_prefix())
+    mpi_wheel.point_at_wheel(os.environ, _library.build_info().get("mpicxx"),
+                              mpi_wheel.wheel_prefix())
     error = ctypes.create_string_buffer(2048)
     code = lib.tfring_init(kind, (ctypes.c_int32 * max(1, len(ranks)))(*ranks), len(ranks),
                            handle, error, len(error))
@@ -218,7 +219,7 @@ def mpi_version():
 
 def job_size_op(name=None):
     """A graph op whose value is `size()` when the graph runs (tfring.size_op of the global
-    set, tfring/process_sets.py)."""
+    set, tfring/_ops/process_sets.py)."""
     return _library.ops().tfring_size(name=name)
 
 

@@ -15,11 +15,14 @@ import inspect
 
 import tensorflow as tf
 
-from tfring import _accumulation, _adasum_delta, _gradients, collectives
+from tfring import collectives
+from tfring._training import accumulation as _accumulation
+from tfring._training import adasum_delta as _adasum_delta
+from tfring._training import gradients as _gradients
 from tfring._adapters import tf_internals
 from tfring.compression import Compression
 from tfring.functions import broadcast_global_variables  # noqa: F401  (exported here too)
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 
 class DistributedOptimizer(tf.compat.v1.train.Optimizer):
@@ -36,11 +39,11 @@ class DistributedOptimizer(tf.compat.v1.train.Optimizer):
     the sums reduced over ranks (zeros on the other runs) and apply_gradients applies
     them, so the wrapped optimizer and `global_step` advance once per N runs (count
     StopAtStepHook's last_step in applied steps). The sums are local variables (not
-    checkpointed, not broadcast; see tfring/_accumulation.py).
+    checkpointed, not broadcast; see tfring/_training/accumulation.py).
 
     With op=tfring.Adasum, as Horovod's Adasum optimizer: each rank applies its own
     gradients, and every backward_passes_per_step-th step the variables' changes are
-    combined with Adasum (tfring/_adasum_delta.py).
+    combined with Adasum (tfring/_training/adasum_delta.py).
     """
 
     def __new__(cls, optimizer, *args, **kwargs):

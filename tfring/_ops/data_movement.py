@@ -1,14 +1,17 @@
 """The collectives that move data without reducing it: allgather, grouped_allgather,
 alltoall, barrier, join and broadcast. tfring/collectives.py exports them with the
-reductions; tfring/adasum.py builds on alltoall, which is why they live below it.
+reductions; tfring/_ops/adasum.py builds on alltoall, which is why they live below it.
 """
 
 import tensorflow as tf
 
-from tfring import _library, _xla, naming, runtime
-from tfring._op_support import (GATHERABLE, as_tensor, check_dtype, check_not_scalar,
+from tfring._process import library
+from tfring._ops import xla
+from tfring._ops import naming
+from tfring._process import runtime
+from tfring._ops.op_support import (GATHERABLE, as_tensor, check_dtype, check_not_scalar,
                                 check_root, clean_eager_errors, run_op, set_size)
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 
 @clean_eager_errors
@@ -121,8 +124,8 @@ def join():
         mode): the one that ran longest, to broadcast the final state from.
     """
     if not tf.executing_eagerly():
-        _xla.check_op("tfring_join", "join")
-    return _library.ops().tfring_join(eager=tf.executing_eagerly())
+        xla.check_op("tfring_join", "join")
+    return library.ops().tfring_join(eager=tf.executing_eagerly())
 
 
 @clean_eager_errors

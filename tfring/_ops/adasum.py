@@ -27,10 +27,10 @@ from every rank).
 
 import tensorflow as tf
 
-from tfring import naming
-from tfring._data_movement import alltoall
-from tfring._horovod_util import check_num_rank_power_of_2
-from tfring.process_sets import global_process_set
+from tfring._ops import naming
+from tfring._ops.data_movement import alltoall
+from tfring._ops.horovod_util import check_num_rank_power_of_2
+from tfring._ops.process_sets import global_process_set
 
 _FLOATS = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 

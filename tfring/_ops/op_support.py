@@ -1,7 +1,7 @@
 """What every collective's Python wrapper shares: the reduce ops by Horovod's names, the
 dtype and argument checks, running the library's op, and the cleanup of eager errors.
 
-It sits below tfring/collectives.py, tfring/_data_movement.py and tfring/adasum.py, and
+It sits below tfring/collectives.py, tfring/_ops/data_movement.py and tfring/_ops/adasum.py, and
 imports none of them.
 """
 
@@ -11,14 +11,17 @@ import re
 
 import tensorflow as tf
 
-from tfring import _library, _xla, naming, runtime
+from tfring._process import library as _library
+from tfring._ops import xla
+from tfring._ops import naming
+from tfring._process import runtime
 from tfring._adapters import tf_internals
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 # Reduction ops, Horovod's names and values (kernels/common/types.h ReduceOp).
 Average = 0
 Sum = 1
-Adasum = 2  # computed by tfring/adasum.py from alltoalls, not by the runtime's reduce ops
+Adasum = 2  # computed by tfring/_ops/adasum.py from alltoalls, not by the runtime's reduce ops
 Min = 3
 Max = 4
 Product = 5
@@ -75,10 +78,10 @@ def check_not_scalar(tensor, what, display):
 
 
 def run_op(op, naming_, *args, **attrs):
-    """Creates (eagerly: runs) the library's op `op`, named as `naming_` (tfring.naming)
+    """Creates (eagerly: runs) the library's op `op`, named as `naming_` (tfring._ops.naming)
     says, and records that it exists."""
     if not tf.executing_eagerly():
-        _xla.check_op(op, naming_.display)
+        xla.check_op(op, naming_.display)
     out = getattr(_library.ops(), op)(
         *args, tensor_name=naming_.tensor_name, call_site=naming_.call_site,
         eager=tf.executing_eagerly(), name=naming_.op_name, **attrs)

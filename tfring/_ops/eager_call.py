@@ -12,7 +12,7 @@ same error handling, and falls back to the wrapper itself wherever the fast path
 as for any op it runs.
 """
 
-from tfring import _library
+from tfring._process import library
 from tfring._adapters import tf_internals
 
 # TensorFlow's internals that its generated op wrappers use, in every 2.x release (None:
@@ -26,7 +26,7 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
               cacheable, ranks, world=0):
     """TfringAllreduce of eager `tensor` with these attributes (`ranks`: the process set's
     attribute, empty for all ranks; `world`: its process_set_world, process_sets.py); what
-    `_library.ops().tfring_allreduce` returns."""
+    `library.ops().tfring_allreduce` returns."""
     prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
     if _FAST_PATH is not None:
         # Every attribute, as the generated wrapper passes them: a gradient function reads
@@ -42,7 +42,7 @@ def allreduce(tensor, reduce_op, prescale_factor, postscale_factor, tensor_name,
             _raise_from_not_ok_status(e, None)
         except _Fallback:
             pass  # the wrapper's slower path handles what the fast one declines
-    return _library.ops().tfring_allreduce(
+    return library.ops().tfring_allreduce(
         tensor, reduce_op=reduce_op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, tensor_name=tensor_name, call_site=call_site,
         cacheable=cacheable, eager=True, process_set=list(ranks), process_set_world=world)

@@ -22,9 +22,11 @@ import weakref
 
 import tensorflow as tf
 
-from tfring import _accumulation, _gradients, collectives
+from tfring import collectives
+from tfring._training import accumulation
+from tfring._training import gradients as _gradients
 from tfring.compression import Compression
-from tfring.process_sets import global_process_set
+from tfring._ops.process_sets import global_process_set
 
 # Tapes are made anew each step, but the sums of backward_passes_per_step > 1 must outlive
 # them: they are kept per list of variables (and options), for as long as the variables
@@ -36,7 +38,7 @@ def _accumulator_for(sources, passes, average):
     key = (tuple(id(v) for v in sources), passes, average)
     accumulator = _ACCUMULATORS.get(key)
     if accumulator is None:
-        accumulator = _accumulation.GradientAccumulator(passes, average)
+        accumulator = accumulation.GradientAccumulator(passes, average)
         accumulator.build(sources)
         _ACCUMULATORS[key] = accumulator
         # Forgotten when any of its variables goes: the table holds only live sums, and a
@@ -101,7 +103,7 @@ class DistributedGradientTape:
                                                      **self._reduce_options)
         else:
             accumulator = _accumulator_for(flat_sources, self._passes, self._average_passes)
-            self._is_update, reduced = _accumulation.reduce_on_update_step(
+            self._is_update, reduced = accumulation.reduce_on_update_step(
                 accumulator, flat_grads, flat_sources, functools.partial(
                     _gradients.allreduce_gradients, kind="DistributedGradientTape",
                     **self._reduce_options))
@@ -135,7 +137,7 @@ class DistributedGradientTape:
         if callable(build) and not getattr(optimizer, "built", True):
             # Keras creates its slots on first apply; variables cannot be made in a tf.cond.
             build([v for _, v in grads_and_vars])
-        return _accumulation.apply_on_update_step(
+        return accumulation.apply_on_update_step(
             self._is_update, lambda: optimizer.apply_gradients(grads_and_vars))
 
     def __enter__(self):

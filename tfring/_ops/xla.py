@@ -17,7 +17,7 @@ import os
 
 import tensorflow as tf
 
-# Generated op wrappers (tfring._library.ops()) that have an XLA lowering.
+# Generated op wrappers (tfring._process.library.ops()) that have an XLA lowering.
 LOWERED_OPS = frozenset({"tfring_allreduce", "tfring_grouped_allreduce", "tfring_broadcast",
                          "tfring_reducescatter", "tfring_size", "tfring_rank", "tfring_local_size",
                          "tfring_local_rank"})
@@ -35,7 +35,7 @@ def in_xla_context():
 @functools.lru_cache(maxsize=None)
 def why_unavailable():
     """Why tfring's ops cannot run under XLA in this process, or None when they can."""
-    from tfring import _library
+    from tfring._process import library as _library
 
     info = _library.build_info()
     if not info.get("xla"):

@@ -13,7 +13,7 @@ its communicators the first time one of its collectives runs (on the members onl
 
 import tensorflow as tf
 
-from tfring import runtime
+from tfring._process import runtime
 
 
 # How many times the job was re-formed (tfring.elastic): a set's ranks hold in its own.

@@ -21,7 +21,7 @@ set of rows); they are reduced dense on the update step.
 
 import tensorflow as tf
 
-from tfring import _tf1_state
+from tfring._training import tf1_state as _tf1_state
 
 
 class GradientAccumulator:
@@ -76,7 +76,7 @@ class GradientAccumulator:
 
     def add(self, grads):
         """Adds one pass's gradients; returns a bool tensor: is this an update step?"""
-        # TF1: the sums may be newer than the script's initializer (tfring/_tf1_state.py).
+        # TF1: the sums may be newer than the script's initializer (tfring/_training/tf1_state.py).
         ready = _tf1_state.initialize_if_needed(self.sums + [self.counter])
         with tf.control_dependencies([ready] if ready is not None else []):
             return self._add(grads)

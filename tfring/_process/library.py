@@ -46,12 +46,12 @@ def ops():
     """The module of generated op wrappers (tf.load_op_library)."""
     import tensorflow as tf
 
-    from tfring import _autodeps
+    from tfring._process import autodeps
 
     ensure_built()
     check_tensorflow_version(build_info()["tensorflow"], tf.__version__)
     module = tf.load_op_library(library_path())
-    _autodeps.allow_unordered_collectives()
+    autodeps.allow_unordered_collectives()
     return module
 
 
