@@ -161,7 +161,8 @@ def test_without_fault_tolerance_a_worker_that_raises_stops_the_others_saying_wh
     assert "ValueError: worker 2 fails at batch 8" in out, out
     for rank in (0, 1):
         assert re.search(rf"AbortedError: tfring was shut down on rank 2 while this op was "
-                         rf"pending \(tensor '[^']+', rank {rank}\)", out), out
+                         rf"pending \(flight recorder dumped to [^)]+\) \(tensor '[^']+', "
+                         rf"rank {rank}\)", out), out
     assert "as a lost worker" not in out, out
 
 

@@ -47,7 +47,7 @@ def test_no_library_module_imports_the_launcher():
 FLOORS = [
     ("names and no code of tfring's", ["tfring._adapters", "tfring.common", "tfring.build",
                                        "tfring._elastic.environment", "tfring.compression",
-                                       "tfring.timeline"]),
+                                       "tfring.timeline", "tfring.flight_recorder"]),
     # members.py and process_end.py sit here, not with the rest of elastic: init() joins a
     # growing job through the first, and the runtime's exit goes through the second.
     ("the process", ["tfring._process", "tfring._elastic.members",

@@ -6,6 +6,7 @@ import enum
 import os
 import sys
 
+from tfring._process import flight_dump
 from tfring._process import library as _library
 from tfring._process import mpi_wheel
 
@@ -55,6 +56,7 @@ def start(comm=None):
                            handle, error, len(error))
     if code != 0:
         raise _INIT_ERRORS.get(code, RuntimeError)(f"tfring.init() failed: {error.value.decode()}")
+    flight_dump.serve_stacks()
     if not _atexit_registered:
         # Finalize MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
         atexit.register(lib.tfring_atexit)

@@ -131,6 +131,9 @@ Status Options::FromEnvironment(Options* o) {
   int64_t mark_cycles = o->timeline_mark_cycles ? 1 : 0;
   TFRING_RETURN_IF_ERROR(ReadInt("TFRING_TIMELINE_MARK_CYCLES", 0, &mark_cycles));
   o->timeline_mark_cycles = mark_cycles != 0;
+  TFRING_RETURN_IF_ERROR(
+      ReadInt("TFRING_FLIGHT_RECORDER_ENTRIES", 0, &o->flight_recorder_entries));
+  TFRING_RETURN_IF_ERROR(ReadString("TFRING_FLIGHT_RECORDER_DIR", &o->flight_recorder_dir));
   TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_HIERARCHICAL_ALLREDUCE", &o->hierarchical_allreduce));
   TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_SCHED_BATCH", &o->background_sched_batch));
   TFRING_RETURN_IF_ERROR(

@@ -35,6 +35,10 @@
 //   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         allreduce inside each host first, then
 //                                                          across hosts (one rank per host): GPU:
 //                                                          NCCL + MPI; host tensors: MPI only
+//   TFRING_FLIGHT_RECORDER_ENTRIES      entries  1024      recent collectives each rank keeps for
+//                                                          a dump (flight_recorder.h); 0: none
+//   TFRING_FLIGHT_RECORDER_DIR          path     (a /tmp   where each rank writes its dump
+//                                                folder)
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,11 @@ struct Options {
   bool gpu_operations_through_mpi = false;
   bool hierarchical_allreduce = false;
   bool background_sched_batch = true;
+  // The flight recorder (core/flight_recorder.h): how many recent collectives each rank
+  // keeps (0: none), and the folder each rank's file goes to when it is dumped (filled in
+  // by the global runtime when the environment leaves it empty).
+  int64_t flight_recorder_entries = 1024;
+  std::string flight_recorder_dir;
 
   // Reads the environment. A malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Options* options);

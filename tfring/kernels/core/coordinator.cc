@@ -27,15 +27,17 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       control_plane_(std::move(control_plane)),
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
+      recorder_(std::make_shared<FlightRecorder>(options.flight_recorder_entries)),
       intake_(rank_),
       driver_(options, &intake_, this),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
       cycle_time_ms_(options.cycle_time_ms),
-      entries_(rank_, &timeline_),
+      entries_(rank_, &timeline_, recorder_.get()),
       cache_sync_(options, rank_, size_),
       round_(options, rank_, size_),
       execution_(std::move(backend), rank_, size_, std::move(device_executor),
-                 std::move(process_sets), options.fusion_alone_bytes, &timeline_),
+                 std::move(process_sets), options.fusion_alone_bytes, &timeline_,
+                 recorder_.get()),
       joined_ranks_(size_, false) {}
 
 Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
@@ -111,6 +113,7 @@ void Coordinator::EnqueueAll(std::vector<Entry> entries, const OpCountdown* coun
       entries[i].done(Status::InvalidArgument(problem));
       continue;
     }
+    entries[i].flight_seq = recorder_->Submitted(entries[i].request, entries[i].created);
     if (kept != i) entries[kept] = std::move(entries[i]);
     ++kept;
   }
@@ -134,6 +137,7 @@ bool Coordinator::peer_lost() const { return intake_.peer_lost(); }
 
 Status Coordinator::RunCycle(bool* progress, bool* stop) {
   const auto now = SteadyClock::now();
+  recorder_->CycleRan();
   cache_sync_.StartCycle();
   std::vector<int> invalidate;
   entries_.Take(&intake_, cache_sync_.cache(), now, &invalidate, progress);
@@ -206,13 +210,15 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     if (!bits.running(r)) stopping.push_back(r);
   }
   if (!stopping.empty()) {
-    FailEverything(Status::Aborted(
+    // A shutdown (this rank's or another's) is no failure: a dump only if ops were waiting.
+    FailAll(Status::Aborted(
         shutting_down ? "tfring was shut down on this rank (rank " + std::to_string(rank_) +
                             ") while this op was pending"
                       : "tfring was shut down on " +
                             (stopping.size() == 1 ? "rank " + std::to_string(stopping[0])
                                                   : "ranks " + RankListString(stopping)) +
-                            " while this op was pending"));
+                            " while this op was pending"),
+            /*always_dump=*/false);
     *stop = true;
   }
   return Status::OK();
@@ -267,11 +273,25 @@ void Coordinator::Execute(const CycleResponses& execute) {
   round_.Record(bytes);
 }
 
-void Coordinator::FailEverything(const Status& status) {
+void Coordinator::FailEverything(const Status& status) { FailAll(status, true); }
+
+void Coordinator::FailAll(const Status& failure, bool always_dump) {
+  Status status = failure;
+  // Written before the ops fail, so that it shows them waiting, and before any rank's code
+  // sees the error (and may end its process); the error, this op's and later ones', says
+  // where.
+  if (failure_dump_ &&
+      (always_dump || !entries_.pending().empty() || intake_.queued() > 0)) {
+    status = Status(status.code(), status.message() + failure_dump_(status.message()));
+  }
   std::vector<std::vector<Entry>> queued = intake_.Close(status);
   entries_.FailAll(status);
   for (std::vector<Entry>& op : queued) {
-    for (Entry& e : op) e.done(NamingTensor(status, e.request.name, rank_));
+    for (Entry& e : op) {
+      const Status named = NamingTensor(status, e.request.name, rank_);
+      recorder_->Finished(e.flight_seq, named);
+      e.done(named);
+    }
   }
 }
 

@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,7 @@
 #include "tfring/kernels/core/cycle_responses.h"
 #include "tfring/kernels/core/entry.h"
 #include "tfring/kernels/core/execution_step.h"
+#include "tfring/kernels/core/flight_recorder.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/negotiation_round.h"
@@ -91,6 +93,17 @@ class Coordinator : private CycleDriver::Cycles {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
+  // This rank's flight recorder (flight_recorder.h); it outlives the coordinator for a dump
+  // after a stop. Thread-safe.
+  std::shared_ptr<const FlightRecorder> flight_recorder() const { return recorder_; }
+  // Called (on the cycle's thread) when the cycle fails every op for a reason other than
+  // this rank's own shutdown with nothing pending (a stall, a lost peer, a backend's
+  // failure, another rank's shutdown while ops waited): the owner dumps the flight
+  // recorder, and returns what the ops' error adds (where the dumps are). Set before Start().
+  void SetFailureDump(std::function<std::string(const std::string& why)> dump) {
+    failure_dump_ = std::move(dump);
+  }
+
   // Setting up what the options ask for beyond the thread (the autotuner's log): check
   // before Start().
   const Status& init_status() const { return round_.init_status(); }
@@ -116,7 +129,12 @@ class Coordinator : private CycleDriver::Cycles {
   // CycleDriver::Cycles: what the driver runs (cycle_driver.h).
   Status RunCycle(bool* progress, bool* stop) override;  // the cycle, steps 1 to 4
   bool AnyPending() const override { return !entries_.pending().empty(); }
+  // A failure (a lost peer, a backend's error, rank 0's abort after a stall): fails every
+  // op after the flight recorder's dump.
   void FailEverything(const Status& status) override;
+  // Fails every op with `status`; dumps the flight recorder first when `always_dump`, or
+  // when ops were waiting.
+  void FailAll(const Status& status, bool always_dump);
   SteadyClock::duration cycle_time() const override;
   // Step 3: sends this rank's new requests; applies the tuned settings rank 0 sent, records
   // its responses in the cache (an entry on an evicted slot is then negotiated), re-aligns
@@ -136,6 +154,8 @@ class Coordinator : private CycleDriver::Cycles {
   const int rank_;
   const int size_;
   Timeline timeline_;  // before entries_ and execution_, which keep its address
+  const std::shared_ptr<FlightRecorder> recorder_;  // before them too
+  std::function<std::string(const std::string& why)> failure_dump_;
 
   // Shared with every thread that submits, shuts down or asks about the state.
   Intake intake_;

@@ -41,8 +41,12 @@ void CycleEntries::TakeOne(Entry* entry, const ResponseCache& cache,
                            SteadyClock::time_point now, std::vector<int>* invalidate) {
   Entry& e = *entry;
   const std::string& name = e.request.name;  // an unnamed call's own, "unnamed.<n>"
+  const auto refuse = [this, &e](const Status& status) {
+    recorder_->Finished(e.flight_seq, status);
+    e.done(status);
+  };
   if (e.request.kind == CollectiveKind::kJoin && joined_) {
-    e.done(Status::FailedPrecondition("join() is already pending on rank " +
+    refuse(Status::FailedPrecondition("join() is already pending on rank " +
                                       std::to_string(rank_)));
     return;
   }
@@ -50,7 +54,7 @@ void CycleEntries::TakeOne(Entry* entry, const ResponseCache& cache,
   // says whether an entry of that name waits there already.
   const int named_slot = CachedByCallSite(e.request) ? -1 : NamedSlot(e, cache);
   if ((named_slot >= 0 && pending_.AtSlot(named_slot)) || pending_.HasName(name)) {
-    e.done(Status::InvalidArgument(
+    refuse(Status::InvalidArgument(
         "Tensor name '" + name + "' is already in flight on rank " + std::to_string(rank_) +
         ": a second op with the same name was submitted before the first finished. Give "
         "each concurrent op its own name="));
@@ -62,11 +66,12 @@ void CycleEntries::TakeOne(Entry* entry, const ResponseCache& cache,
     // member of the set as having none.
     joined_ = true;
     for (int slot : pending_.WaitingSlots()) invalidate->push_back(slot);
+    recorder_->Taken(e.flight_seq, now);
     HoldByName(&e, State::kJoined, now);
     return;
   }
   if (joined_) {
-    e.done(Status::FailedPrecondition(
+    refuse(Status::FailedPrecondition(
         "rank " + std::to_string(rank_) + " has joined (tfring.join) and cannot run '" + name +
         "' until every rank has joined"));
     return;
@@ -74,6 +79,7 @@ void CycleEntries::TakeOne(Entry* entry, const ResponseCache& cache,
   const int slot = CachedSlotFor(&e, cache, named_slot, invalidate);
   timeline_->Submitted(e.request, e.created);
   timeline_->Phase(e.request, "NEGOTIATE");
+  recorder_->Taken(e.flight_seq, now);
   if (slot >= 0) {
     pending_.PlaceAtSlot(slot, std::move(e), now);
     return;
@@ -196,6 +202,7 @@ void CycleEntries::Finish(const std::string& name, const Status& status) {
 void CycleEntries::Finish(Table::iterator it, const Status& status) {
   auto done = std::move(it->second.entry.done);
   timeline_->End(it->second.entry.request);
+  recorder_->Finished(it->second.entry.flight_seq, status);
   pending_.by_name().erase(it);
   done(status);
 }
@@ -204,6 +211,7 @@ void CycleEntries::FinishAtSlot(int slot, const Status& status) {
   Pending* p = pending_.AtSlot(slot);
   auto done = std::move(p->entry.done);
   timeline_->End(p->entry.request);
+  recorder_->Finished(p->entry.flight_seq, status);
   pending_.EraseAtSlot(slot);  // where it is: no move of the entry
   done(status);
 }

@@ -15,6 +15,7 @@
 
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/core/entry.h"
+#include "tfring/kernels/core/flight_recorder.h"
 #include "tfring/kernels/core/intake.h"
 #include "tfring/kernels/core/pending_entries.h"
 #include "tfring/kernels/core/response_cache.h"
@@ -27,8 +28,10 @@ class CycleEntries {
   using State = PendingState;
   using Table = PendingEntries::ByName;
 
-  // Entries' submission, NEGOTIATE phase and end are recorded into `timeline`.
-  CycleEntries(int rank, Timeline* timeline) : rank_(rank), timeline_(timeline) {}
+  // Entries' submission, NEGOTIATE phase and end are recorded into `timeline`, when each
+  // is taken and finished into `recorder`.
+  CycleEntries(int rank, Timeline* timeline, FlightRecorder* recorder)
+      : rank_(rank), timeline_(timeline), recorder_(recorder) {}
 
   // Step 1: takes what `intake` holds into the table, reading `cache` (which it never
   // changes). Slots whose cached signature no longer fits, and those whose entry waited
@@ -86,6 +89,7 @@ class CycleEntries {
 
   const int rank_;
   Timeline* const timeline_;
+  FlightRecorder* const recorder_;
   std::vector<std::vector<Entry>> taken_;  // what Take took from the intake; capacity reused
   PendingEntries pending_;
   std::vector<std::string> send_order_;  // names in kToSend, submission order

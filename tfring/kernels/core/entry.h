@@ -66,6 +66,8 @@ struct Entry {
   // When the entry was made: for a TF op, when its kernel started (ComputeAsync makes its
   // entries first). The timeline's SUBMIT phase runs from here until the cycle takes it.
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  // Its record in the flight recorder (flight_recorder.h); 0: none. Set when it is queued.
+  uint64_t flight_seq = 0;
   // Called exactly once: by whoever runs the cycle that completes the entry (cycle_driver.h),
   // or on the submitter's thread when the op fails before it is queued. A submitter that
   // passed an OpCountdown counts it down here (op_countdown.h).

@@ -45,12 +45,13 @@ Status FailureWhere(const Status& s, const std::vector<const Response*>& group, 
 ExecutionStep::ExecutionStep(std::unique_ptr<Backend> backend, int rank, int size,
                              std::unique_ptr<GroupExecutor> device,
                              ProcessSetFactory process_sets, int64_t fusion_alone_bytes,
-                             Timeline* timeline)
+                             Timeline* timeline, FlightRecorder* recorder)
     : rank_(rank),
       size_(size),
       all_ranks_(SetMembers({}, size)),
       fusion_alone_bytes_(fusion_alone_bytes),
       timeline_(timeline),
+      recorder_(recorder),
       executors_(std::move(backend), rank, size, std::move(device), std::move(process_sets),
                  timeline) {}
 
@@ -110,6 +111,7 @@ int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
   };
   std::vector<Owner> owners;
   owners.reserve(responses.size());
+  const auto agreed = SteadyClock::now();
   for (const CycleResponses::Item& item : responses) {
     const Response* rp = item.response;
     Owner owner;
@@ -125,6 +127,7 @@ int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
         own = &it->second.entry;
       }
     }
+    if (own) recorder_->Agreed(own->flight_seq, agreed);
     const std::string error = rp->ok() ? JoinedProblem(*rp) : rp->error;
     if (!error.empty()) {
       // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.
@@ -167,6 +170,7 @@ int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
     }
     const Response& head = *rs[0];
     const auto started = SteadyClock::now();
+    for (const Entry* e : es) recorder_->Started(e->flight_seq, started);
     GroupExecutor* executor = head.on_device ? device : host;
     Status s;
     if (!made.ok()) {

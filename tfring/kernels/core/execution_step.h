@@ -16,6 +16,7 @@
 #include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/cycle_entries.h"
 #include "tfring/kernels/core/cycle_responses.h"
+#include "tfring/kernels/core/flight_recorder.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/set_executors.h"
 #include "tfring/kernels/core/timeline.h"
@@ -24,11 +25,12 @@ namespace tfring {
 
 class ExecutionStep {
  public:
-  // `fusion_alone_bytes`: a tensor at least this large runs alone (Options). The rest as
+  // `fusion_alone_bytes`: a tensor at least this large runs alone (Options). When each of
+  // this rank's entries was agreed and started goes into `recorder`. The rest as
   // SetExecutorTable's constructor.
   ExecutionStep(std::unique_ptr<Backend> backend, int rank, int size,
                 std::unique_ptr<GroupExecutor> device, ProcessSetFactory process_sets,
-                int64_t fusion_alone_bytes, Timeline* timeline);
+                int64_t fusion_alone_bytes, Timeline* timeline, FlightRecorder* recorder);
 
   // Runs `responses`, fusing up to `fusion_threshold_bytes` a group, and finishes each of
   // them that is one of `entries`' own. Returns the bytes of the collectives it ran.
@@ -47,6 +49,7 @@ class ExecutionStep {
   const std::vector<int32_t> all_ranks_;  // 0 .. size - 1
   const int64_t fusion_alone_bytes_;
   Timeline* const timeline_;
+  FlightRecorder* const recorder_;
   SetExecutorTable executors_;
 };
 

@@ -7,6 +7,7 @@
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/status.h"
+#include "tfring/kernels/runtime/flight_dump.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 
 using tfring::GlobalRuntime;
@@ -56,6 +57,26 @@ int tfring_cross_size() { return Layout(&tfring::ProcessLayout::cross_size); }
 int tfring_mpi_threads_supported() {
   return GlobalRuntime::Get().mpi_threads_supported() ? 1 : 0;
 }
+// The descriptor Python's faulthandler writes every thread's stack into on SIGUSR1
+// (runtime/flight_dump.h). Returns 1 when the runtime serves SIGUSR1 (its handler is in
+// place for faulthandler to chain to), else 0.
+int tfring_set_flight_stacks_fd(int fd) { return tfring::FlightDump::Get().SetStacksFd(fd); }
+// Writes this rank's flight recorder now; its path in `path`. Returns 0 on success, else the
+// StatusCode, with the message copied into `error`.
+int tfring_dump_flight_recorder(const char* reason, char* path, int path_len, char* error,
+                                int error_len) {
+  std::string written;
+  tfring::Status s = tfring::FlightDump::Get().Dump(reason, &written);
+  const std::string& out = s.ok() ? written : s.message();
+  char* into = s.ok() ? path : error;
+  const int len = s.ok() ? path_len : error_len;
+  if (len > 0) {
+    std::strncpy(into, out.c_str(), len - 1);
+    into[len - 1] = '\0';
+  }
+  return static_cast<int>(s.code());
+}
+
 // Returns 0 on success, else the StatusCode, with the message copied into `error`.
 int tfring_start_timeline(const char* path, int mark_cycles, char* error, int error_len) {
   tfring::Status s = GlobalRuntime::Get().StartTimeline(path, mark_cycles != 0);

@@ -15,6 +15,7 @@
 #include "tfring/kernels/common/build_config.h"
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/host_executor.h"
+#include "tfring/kernels/runtime/flight_dump.h"
 
 #if TFRING_WITH_NCCL
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
@@ -194,6 +195,23 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   if (!mine.ok()) {
     coordinator_.reset();
     return mine;
+  }
+  // Every failure that stops the cycle (a stall, a lost peer, a backend's error) dumps this
+  // rank's flight recorder before any op fails, and the ops' error says where.
+  FlightDump::Get().Configure(options.flight_recorder_dir.empty()
+                                  ? DefaultFlightRecorderFolder()
+                                  : options.flight_recorder_dir,
+                              layout_.rank, layout_.size, coordinator_->flight_recorder());
+  if (coordinator_->flight_recorder()->on()) {
+    coordinator_->SetFailureDump([](const std::string& why) {
+      std::string path;
+      const Status s = FlightDump::Get().Dump(why, &path);
+      if (!s.ok()) {
+        TFRING_LOG(kWarning) << "flight recorder: " << s.message();
+        return std::string();
+      }
+      return FlightDump::Get().Note();
+    });
   }
   coordinator_->Start();
   if (!options.timeline_path.empty()) {
