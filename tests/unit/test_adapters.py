@@ -130,3 +130,12 @@ def test_own_variables_leave_out_a_wrapped_optimizers():
     own = keras3.own_variables(wrapper)
     assert own and not any(v is w for v in own for w in inner.variables)
     assert len(wrapper.variables) == len(own) + len(inner.variables)
+
+
+def test_sync_batch_norm_is_refused_where_keras_has_no_moments(monkeypatch):
+    # Keras 3.0's BatchNormalization computes its statistics without _moments: tfring's
+    # layer would silently keep each rank's own, so it refuses to be made there.
+    monkeypatch.delattr(keras.layers.BatchNormalization, "_moments")
+    layer = keras3.batch_norm_with_moments(lambda inputs, axes, mask: None)
+    with pytest.raises(RuntimeError, match=r"needs Keras 3\.1 or newer"):
+        layer()

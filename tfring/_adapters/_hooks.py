@@ -10,6 +10,10 @@ class Hook:
     purpose: str         # what tfring uses it for
     waits_for: str       # the public API that would replace it ("none known" if none)
     probe: Callable[[], str]  # "" while the installed release has it, else what is missing
+    # What tfring does on a release that lacks it, where it refuses the feature in words
+    # instead ("": nothing: a release without it breaks tfring, and the probe's failure says
+    # so).
+    when_missing: str = ""
 
 
 def has_attributes(get_owner, *names):

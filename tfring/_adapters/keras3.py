@@ -50,7 +50,9 @@ HOOKS = (
     Hook("BatchNormalization._moments, ._reduction_axes", "SyncBatchNormalization: batch "
          "statistics over every rank's batch", "none known (Keras's synchronized=True works "
          "through tf.distribute, not tfring)",
-         has_attributes(lambda: keras.layers.BatchNormalization, "_moments")),
+         has_attributes(lambda: keras.layers.BatchNormalization, "_moments"),
+         when_missing="SyncBatchNormalization refuses to be made, saying it needs Keras 3.1 "
+                      "(Keras 3.0 computes batch statistics without _moments)"),
     Hook("Optimizer._trainable_variables (a checkpoint child's name)", "a sharded "
          "LossScaleOptimizer's checkpoint names the model's variables there, not the blocks",
          "none known", lambda: _trainable_variables_child_probe()),
@@ -124,7 +126,20 @@ def wrap_model_supports_jit(wrap):
 
 def batch_norm_with_moments(moments):
     """A subclass of keras.layers.BatchNormalization whose batch statistics are
-    moments(inputs, reduction_axes, mask) -> (mean, variance)."""
+    moments(inputs, reduction_axes, mask) -> (mean, variance). On Keras 3.0, whose layer
+    computes them without `_moments`, one that refuses to be made: replacing a method the
+    layer never calls would leave each rank's statistics its own, silently."""
+    if not hasattr(keras.layers.BatchNormalization, "_moments"):
+        class BatchNormalizationRefused(keras.layers.BatchNormalization):
+            def __init__(self, *args, **kwargs):
+                raise RuntimeError(
+                    f"tfring.SyncBatchNormalization needs Keras 3.1 or newer: Keras "
+                    f"{keras.__version__}'s BatchNormalization computes its batch statistics "
+                    "where tfring cannot take them over every rank (pip install -U "
+                    "'keras>=3.1')")
+
+        return BatchNormalizationRefused
+
     class BatchNormalizationWithMoments(keras.layers.BatchNormalization):
         def _moments(self, inputs, mask):
             return moments(inputs, self._reduction_axes, mask)
