@@ -110,7 +110,14 @@ def analyze(dumps):
             if len({json.dumps(v) for v in values.values()}) > 1:
                 report["mismatches"].append({"name": name, "field": key, "by_rank": values})
     if partings:
-        submitted, name, by, missing, entry = min(partings, key=lambda p: p[0])
+        # Where the ranks part: the collective most ranks wait in first (a rank blocked in
+        # it never submits what it would have made next, so those are missing too, as a
+        # consequence, and may even be older: a rank that skipped one submits the next
+        # before the others reach theirs); ties go to the one submitted first.
+        firsts = [min(entries, key=lambda e: e["seq"])["name"]
+                  for entries in unfinished.values() if entries]
+        submitted, name, by, missing, entry = min(
+            partings, key=lambda p: (-firsts.count(p[1]), p[0]))
         report["first_parting"] = {
             "name": name, "description": _describe(entry), "submitted_by": by,
             "not_submitted_by": missing, "waiting_seconds": round(dumped_at - submitted, 3)}
