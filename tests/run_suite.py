@@ -39,8 +39,10 @@ LOGS = os.path.join(ROOT, "build", "test-logs")
 BIN = os.path.dirname(sys.executable)
 MPIRUN = [os.path.join(BIN, "mpirun"), "--oversubscribe"]
 # --durations: each stage's log lists its slowest tests, so that the suite's time is seen.
-PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q", "-rs",
-          "--durations=15"]
+# -rsfE: what was skipped and why, and a line per failed test (the suite's last lines
+# repeat those: CI shows only the end of its output).
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--color=no", "-q",
+          "-rsfE", "--durations=15"]
 # The stages whose tests each start processes of their own (builds, example scripts, failure
 # scenarios) run two tests at a time: much of each test is a process starting or waiting.
 # The failure scenarios whose bounds are tight run alone after (marked serial).
@@ -122,12 +124,16 @@ def stage(name, cmd, timeout, rank0_prefix=None, env=None, may_skip_all=False):
                if "SKIPPED" in line and (not rank0_prefix or line.startswith(rank0_prefix))]
     if rc != 0:
         report += out.splitlines()[-60:]
+        failures = [line.strip() for line in out.splitlines()
+                    if re.match(r"(\[\d+,\d+\]<stdout>: )?(FAILED|ERROR) ", line.strip())]
+        _FAILED.extend(f"{name}: {line[:300]}" for line in (failures or [status]))
     with _PRINTING:  # stages that run side by side print their reports whole
         print("\n".join(report), flush=True)
     return passed, failed, skipped
 
 
 _PRINTING = threading.Lock()
+_FAILED = []  # "stage: what failed", repeated at the end of the suite's output
 
 
 def stages_two_at_a_time(specs):
@@ -334,6 +340,8 @@ def main():
         ("multihost", PYTEST + ["tests/multihost"], 300, None, None, True),
         ("slurm", PYTEST + ["tests/slurm"], 400, None, None, True)])
     total_passed, total_failed, total_skipped = (sum(r[i] for r in results) for i in range(3))
+    for line in _FAILED:
+        print(f"[suite] failed: {line}", flush=True)
     print(f"suite: {total_passed} passed, {total_failed} failed, {total_skipped} skipped "
           f"in {time.time() - started:.0f} s", flush=True)
     return 1 if total_failed else 0

@@ -40,6 +40,7 @@ from tfring.functions import (  # noqa: E402
 from tfring.gradient_aggregation import LocalGradientAggregationHelper  # noqa: E402
 from tfring._process.flight_dump import dump_flight_recorder  # noqa: E402
 from tfring._process.gpu_pinning import pin_gpu  # noqa: E402
+from tfring._process.straggler_report import straggler_report  # noqa: E402
 from tfring._training.gradient_tape import (  # noqa: E402
     DistributedGradientTape, PartialDistributedGradientTape)
 from tfring._training.optimizer_v1 import (  # noqa: E402
@@ -63,7 +64,8 @@ __all__ = [
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_version",
     "build_info", "mpi_built", "mpi_enabled", "nccl_built", "cuda_built", "gloo_built",
     "gloo_enabled", "ccl_built", "ddl_built", "rocm_built", "sycl_built",
-    "start_timeline", "stop_timeline", "dump_flight_recorder", "size_op", "rank_op",
+    "start_timeline", "stop_timeline", "dump_flight_recorder", "straggler_report",
+    "size_op", "rank_op",
     "local_size_op", "local_rank_op",
     "process_set_included_op",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "reducescatter",

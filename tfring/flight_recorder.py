@@ -96,7 +96,8 @@ def analyze(dumps):
     report = {"size": size, "dumped": sorted(dumps),
               "not_dumped": [r for r in range(size) if r not in dumps],
               "reasons": {r: d.get("reason", "") for r, d in sorted(dumps.items())},
-              "first_parting": None, "mismatches": [], "instead": [], "ranks": {}}
+              "first_parting": None, "waiting_on_no_dump": None, "mismatches": [],
+              "instead": [], "ranks": {}}
     partings = []
     for name, per_rank in by_name.items():
         first = next(iter(per_rank.values()))
@@ -126,6 +127,20 @@ def analyze(dumps):
             if others:
                 report["instead"].append({"rank": rank, "name": others[0]["name"],
                                           "description": _describe(others[0])})
+    if report["not_dumped"] and not partings:
+        # Every rank that dumped submitted the same ones: the oldest they wait in for a rank
+        # without a dump (it died, is stopped, or its runtime could not write one).
+        waiting = [(min(e["submitted"] or dumped_at for e in per_rank.values()), name, per_rank)
+                   for name, per_rank in by_name.items()
+                   if set(_members(next(iter(per_rank.values())), size)) &
+                   set(report["not_dumped"])]
+        if waiting:
+            submitted, name, per_rank = min(waiting, key=lambda w: w[0])
+            first = next(iter(per_rank.values()))
+            report["waiting_on_no_dump"] = {
+                "name": name, "description": _describe(first), "submitted_by": sorted(per_rank),
+                "no_dump_from": [r for r in _members(first, size) if r in report["not_dumped"]],
+                "waiting_seconds": round(dumped_at - submitted, 3)}
     for rank, dump in sorted(dumps.items()):
         frames = main_thread_frames(dump.get("python_stacks", ""))
         report["ranks"][rank] = {
@@ -149,6 +164,13 @@ def render(report):
         lines.append(f"The ranks part at {parting['description']}: submitted by "
                      f"{_ranks(parting['submitted_by'])} ({parting['waiting_seconds']} s before "
                      f"the dump), never by {_ranks(parting['not_submitted_by'])}.")
+    elif report.get("waiting_on_no_dump"):
+        w = report["waiting_on_no_dump"]
+        lines.append(f"The ranks that dumped wait in {w['description']}: submitted by "
+                     f"{_ranks(w['submitted_by'])} ({w['waiting_seconds']} s before the dump); "
+                     f"{_ranks(w['no_dump_from'])} wrote no dump: it died, is stopped "
+                     "(SIGSTOP, a debugger), or its process could not run the dump (look "
+                     "there first: py-spy dump, gdb, the launcher's log).")
     else:
         lines.append("No collective is missing on any rank: every rank that dumped submitted "
                      "the same ones.")

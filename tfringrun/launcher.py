@@ -417,7 +417,7 @@ def main(argv=None):
     try:
         if loop:
             loop.start()
-        status = _run_forwarding_sigterm(cmd, env)
+        status = _run_forwarding_signals(cmd, env)
         if scratch:
             status = elastic_status(status, env[status_dir])
         return status
@@ -445,20 +445,33 @@ def elastic_status(status, ended):
     return status
 
 
-def _run_forwarding_sigterm(cmd, env):
-    """Runs mpirun and waits for it. A SIGTERM to tfringrun (a scheduler's, a test's timeout)
-    is passed on to mpirun, which ends its ranks, so that tfringrun still returns and removes
-    its scratch files instead of dying at once and leaving the ranks to mpirun alone."""
+# Passed on to mpirun, which passes them on to every rank: SIGTERM (a scheduler's, a test's
+# timeout: mpirun ends its ranks, and tfringrun still returns and removes its scratch files
+# instead of dying at once), and SIGUSR1 (every rank dumps its flight recorder and goes on:
+# docs/hangs-and-stragglers.md; by default it would end tfringrun).
+FORWARDED_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+def _run_forwarding_signals(cmd, env):
+    """Runs mpirun and waits for it, passing FORWARDED_SIGNALS on to it."""
     with subprocess.Popen(cmd, env=env) as process:
-        previous = signal.signal(signal.SIGTERM,
-                                 lambda signum, frame: process.send_signal(signum))
+        forwarded = [getattr(signal, name) for name in FORWARDED_SIGNALS
+                     if hasattr(signal, name)]
+        previous = {signum: signal.signal(signum,
+                                          lambda received, frame: process.send_signal(received))
+                    for signum in forwarded}
         try:
-            return process.wait()
+            while True:
+                try:
+                    return process.wait()
+                except InterruptedError:  # a forwarded signal; Python retries, to be sure
+                    continue
         except BaseException:  # Ctrl-C: as subprocess.call, mpirun does not outlive us
             process.kill()
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def start_discovered(args, loop):

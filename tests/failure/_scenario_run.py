@@ -41,6 +41,22 @@ def run_tfringrun(flags, scenario, ranks, env=None, timeout=ELASTIC_TIMEOUT):
     return proc.returncode, proc.stdout + proc.stderr, time.time() - start
 
 
+def flight_report(folder):
+    """(the text, the JSON) of `python -m tfring.flight_recorder folder [--json]`: the
+    command's main(), both ways, in one process (each start imports TensorFlow)."""
+    import json
+
+    separator = "=" * 20
+    code = ("import sys; from tfring import flight_recorder as f; "
+            f"f.main([sys.argv[1]]); print({separator!r}); f.main([sys.argv[1], '--json'])")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    text, as_json = run.stdout.split(separator + "\n")
+    return text, json.loads(as_json)
+
+
 def since_job_start(out, ended, started=r"rank \d+: started (?:as rank \d+ of \d+ )?at ([0-9.]+)"):
     """Seconds from the job's own start (the earliest 'started ... at T' line its workers
     print once tfring is up: process start-up and TensorFlow's import, which take what the

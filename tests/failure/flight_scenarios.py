@@ -8,7 +8,6 @@ lines that the test reads.
 
 import json
 import os
-import signal
 import sys
 import time
 
@@ -59,13 +58,14 @@ def skips_one():
 
 
 def signal_then_other_shape():
-    # A healthy job: each rank is sent SIGUSR1 (as `kill -USR1` would), dumps, and goes on.
-    # Then rank 1 submits 'step5' with another shape: the op fails on every rank (the
-    # runtime says so at once); each rank dumps by hand, and the job goes on.
+    # A healthy job, started by tfringrun: the test sends SIGUSR1 to tfringrun, which passes
+    # it on (through mpirun) to every rank; each dumps, and goes on. Then rank 1 submits
+    # 'step5' with another shape: the op fails on every rank (the runtime says so at once);
+    # each rank dumps by hand, and the job goes on.
     steps()
-    os.kill(os.getpid(), signal.SIGUSR1)
+    say("waiting for SIGUSR1")
     path = os.path.join(os.environ["TFRING_FLIGHT_RECORDER_DIR"], f"rank-{tfring.rank()}.json")
-    deadline = time.time() + 20
+    deadline = time.time() + 120
     while not os.path.exists(path) and time.time() < deadline:
         time.sleep(0.05)
     with open(path) as f:

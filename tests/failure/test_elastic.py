@@ -159,9 +159,11 @@ def test_without_fault_tolerance_a_worker_that_raises_stops_the_others_saying_wh
                               script="elastic_scenarios.py")
     assert rc != 0, out
     assert "ValueError: worker 2 fails at batch 8" in out, out
+    # (A rank whose op was pending when the shutdown reached it dumped its flight recorder
+    # and says where; one whose op came just after has nothing pending to dump.)
     for rank in (0, 1):
         assert re.search(rf"AbortedError: tfring was shut down on rank 2 while this op was "
-                         rf"pending \(flight recorder dumped to [^)]+\) \(tensor '[^']+', "
+                         rf"pending (\(flight recorder dumped to [^)]+\) )?\(tensor '[^']+', "
                          rf"rank {rank}\)", out), out
     assert "as a lost worker" not in out, out
 

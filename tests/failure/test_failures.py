@@ -4,12 +4,11 @@ with the documented error naming the tensor and the ranks. Nothing may hang."""
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from _scenario_run import HERE, MPIRUN, run_scenario, since_job_start
+from _scenario_run import HERE, MPIRUN, flight_report, run_scenario, since_job_start
 
 
 def test_shape_mismatch_fails_on_every_rank_with_names():
@@ -74,7 +73,8 @@ def test_killed_rank_is_named_in_the_survivors_error_under_ulfm(scenario, tmp_pa
     # the failure is found, or submitted after tfring has stopped: both name the tensor.
     # Each scenario makes its path happen (not left to timing) and says which ran.
     rc, out, _ = run_scenario(scenario, mpirun_options=("--with-ft", "ulfm"),
-                              env=_killed_rank_env(tmp_path))
+                              env=dict(_killed_rank_env(tmp_path),
+                                       TFRING_FLIGHT_RECORDER_DIR=str(tmp_path / "flight")))
     assert rc != 0, out
     caught = re.search(r"rank 0: caught after ([0-9.]+) s: (.*)", out)
     assert caught, out
@@ -83,6 +83,12 @@ def test_killed_rank_is_named_in_the_survivors_error_under_ulfm(scenario, tmp_pa
     assert "MPI reports that process failed" in caught.group(2), out
     assert "'never_completes'" in caught.group(2), out
     if scenario == "killed_rank":
+        # Rank 0 lived to dump its flight recorder; the killed rank 1 left none.
+        text, report = flight_report(tmp_path / "flight")
+        assert report["dumped"] == [0] and report["not_dumped"] == [1], report
+        assert "rank 0 lost its peer rank 1" in report["reasons"]["0"], report
+        assert report["waiting_on_no_dump"]["name"] == "never_completes", report
+        assert "rank 1 wrote no dump" in text, text
         assert ("rank 0: path: 'never_completes' was pending when the failure was found (the "
                 "library's stall warning named it: True)") in out, out
         assert "'never_completes' (submitted by ranks [0], missing on ranks [1]" in out, out
@@ -141,9 +147,17 @@ def test_an_extra_unnamed_call_fails_at_once_and_later_calls_pair_again():
         assert then == [f"rank {rank}: then {2 * i + 1}" for i in range(3)], out
 
 
-def test_unresponsive_peer_is_detected_by_peer_timeout():
-    rc, out, _ = run_scenario("peer_timeout", env={"TFRING_PEER_TIMEOUT_SECONDS": "3"})
+def test_unresponsive_peer_is_detected_by_peer_timeout(tmp_path):
+    rc, out, _ = run_scenario("peer_timeout", env={"TFRING_PEER_TIMEOUT_SECONDS": "3",
+                                                   "TFRING_FLIGHT_RECORDER_DIR": str(tmp_path)})
     assert rc != 0, out
     assert since_job_start(out, time.time()) < 60, out
     assert "rank 0: caught after" in out, out
     assert "got no answer from its peer ranks for 3 s (TFRING_PEER_TIMEOUT_SECONDS)" in out, out
+    # Rank 0 dumped before its op failed; the SIGSTOPped rank 1 could not, and the report
+    # says what rank 0 waits for it in.
+    text, report = flight_report(tmp_path)
+    assert report["dumped"] == [0] and report["not_dumped"] == [1], report
+    waiting = report["waiting_on_no_dump"]
+    assert (waiting["name"], waiting["no_dump_from"]) == ("never_completes", [1]), report
+    assert "rank 1 wrote no dump: it died, is stopped" in text, text

@@ -48,5 +48,11 @@ def test_a_rank_without_a_dump_and_where_each_rank_was():
     where = report["ranks"][0]["python"]
     assert (where["file"], where["line"], where["function"], where["calling"]) == \
         ("/job/train.py", 42, "step", "allreduce"), where
+    waiting = report["waiting_on_no_dump"]
+    assert (waiting["name"], waiting["submitted_by"], waiting["no_dump_from"],
+            waiting["waiting_seconds"]) == ("grad", [0, 1], [2], 90.0), report
     text = flight_recorder.render(report)
     assert "no dump from rank 2" in text, text
+    assert ("The ranks that dumped wait in allreduce 'grad' (float32 [2]): submitted by ranks "
+            "0, 1 (90.0 s before the dump); rank 2 wrote no dump: it died, is stopped") in text, \
+        text

@@ -48,6 +48,7 @@ import tensorflow as tf
 from tfring import functions
 from tfring._training import gradients
 from tfring._process import runtime
+from tfring._process.straggler_report import straggler_report
 from tfring._adapters import tf_keras as tf_keras_hooks
 from tfring.keras import _callback_util as util
 from tfring.keras import _epoch_end, _values
@@ -212,6 +213,36 @@ _HOOKS = (
     "on_test_end", "on_test_batch_begin", "on_test_batch_end", "on_predict_begin",
     "on_predict_end", "on_predict_batch_begin", "on_predict_batch_end",
 )
+
+
+class StragglerReportCallback(util.Callback):
+    """Prints the straggler report's line (tfring.straggler_report()) at the end of each
+    epoch, on rank 0: which ranks held the others back since training began, and whether
+    slow every step or once. Give it to every rank; the others print nothing. It adds no
+    collective to the step (the runtime compares the ranks' waits on its own, about once a
+    second), so the last second of an epoch shows in the next epoch's line.
+
+    Args:
+        print_fn: what prints the line (default: `print`), e.g. a logger's `info`.
+
+    Example:
+        >>> model.fit(x, y, epochs=5, callbacks=[
+        ...     tfring.keras.callbacks.BroadcastGlobalVariablesCallback(0),
+        ...     tfring.keras.callbacks.StragglerReportCallback()])
+        epoch 1: straggler report over 2.004 s (41 cycles): rank 1 held the others up ...
+    """
+
+    def __init__(self, print_fn=print):
+        super().__init__()
+        self._print = print_fn
+
+    def on_epoch_end(self, epoch, logs=None):
+        if runtime.rank() != 0:
+            return
+        report = straggler_report()
+        self._print(f"epoch {epoch + 1}: " +
+                    report.get("summary", "straggler report: no comparison yet (the ranks' "
+                                          "waits reach rank 0 about once a second)"))
 
 
 def _root_only(hook_name):

@@ -134,6 +134,10 @@ Status Options::FromEnvironment(Options* o) {
   TFRING_RETURN_IF_ERROR(
       ReadInt("TFRING_FLIGHT_RECORDER_ENTRIES", 0, &o->flight_recorder_entries));
   TFRING_RETURN_IF_ERROR(ReadString("TFRING_FLIGHT_RECORDER_DIR", &o->flight_recorder_dir));
+  TFRING_RETURN_IF_ERROR(
+      ReadDouble("TFRING_STRAGGLER_WINDOW_SECONDS", 0.0, &o->straggler_window_seconds));
+  TFRING_RETURN_IF_ERROR(
+      ReadDouble("TFRING_STRAGGLER_REPORT_SECONDS", 0.0, &o->straggler_report_seconds));
   TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_HIERARCHICAL_ALLREDUCE", &o->hierarchical_allreduce));
   TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_SCHED_BATCH", &o->background_sched_batch));
   TFRING_RETURN_IF_ERROR(

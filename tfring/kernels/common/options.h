@@ -39,6 +39,11 @@
 //                                                          a dump (flight_recorder.h); 0: none
 //   TFRING_FLIGHT_RECORDER_DIR          path     (a /tmp   where each rank writes its dump
 //                                                folder)
+//   TFRING_STRAGGLER_WINDOW_SECONDS     s        1         how often the ranks' waits go to rank 0
+//                                                          for the straggler report
+//                                                          (straggler_watch.h); 0: off
+//   TFRING_STRAGGLER_REPORT_SECONDS     s        0         rank 0 logs the straggler report's line
+//                                                          this often; 0: never
 #pragma once
 
 #include <cstdint>
@@ -78,6 +83,9 @@ struct Options {
   // by the global runtime when the environment leaves it empty).
   int64_t flight_recorder_entries = 1024;
   std::string flight_recorder_dir;
+  // The straggler watch (core/straggler_watch.h).
+  double straggler_window_seconds = 1.0;
+  double straggler_report_seconds = 0.0;
 
   // Reads the environment. A malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Options* options);

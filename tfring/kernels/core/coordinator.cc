@@ -28,6 +28,7 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       rank_(control_plane_->rank()),
       size_(control_plane_->size()),
       recorder_(std::make_shared<FlightRecorder>(options.flight_recorder_entries)),
+      straggler_watch_(options, rank_, size_),
       intake_(rank_),
       driver_(options, &intake_, this),
       fusion_threshold_bytes_(options.fusion_threshold_bytes),
@@ -37,7 +38,7 @@ Coordinator::Coordinator(const Options& options, std::unique_ptr<ControlPlane> c
       round_(options, rank_, size_),
       execution_(std::move(backend), rank_, size_, std::move(device_executor),
                  std::move(process_sets), options.fusion_alone_bytes, &timeline_,
-                 recorder_.get()),
+                 recorder_.get(), &straggler_watch_),
       joined_ranks_(size_, false) {}
 
 Status Coordinator::StartTimeline(const std::string& path, bool mark_cycles) {
@@ -152,6 +153,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   if (!entries_.has_requests_to_send() && !force_round) bits.SetNoNewRequests();
   if (entries_.joined()) bits.MarkJoined(rank_);
   if (shutting_down) bits.MarkStopping(rank_);
+  if (!straggler_watch_.ExchangeDue(now)) bits.SetNoStragglerExchange();
   pending.ForEachWaiting([&](int slot, Pending&) { bits.SetReady(slot); });
   cache_sync_.MarkSlotsNotHeldUp(entries_.joined(), &bits);
   for (int slot : invalidate) bits.Invalidate(slot);
@@ -189,6 +191,7 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
     *progress = true;
     Execute(execute);
   }
+  straggler_watch_.EndCycle();
   if (all_joined && !*stop) {
     // The last to join: of the ranks that joined in this cycle, the highest.
     int32_t last = size_ - 1;
@@ -208,6 +211,10 @@ Status Coordinator::RunCycle(bool* progress, bool* stop) {
   std::vector<int32_t> stopping;
   for (int r = 0; r < size_; ++r) {
     if (!bits.running(r)) stopping.push_back(r);
+  }
+  // Every rank sees the same bits, so every rank exchanges in this cycle, or none does.
+  if (bits.straggler_exchange() && stopping.empty()) {
+    TFRING_RETURN_IF_ERROR(straggler_watch_.Exchange(control_plane_.get(), &timeline_));
   }
   if (!stopping.empty()) {
     // A shutdown (this rank's or another's) is no failure: a dump only if ops were waiting.
@@ -273,7 +280,10 @@ void Coordinator::Execute(const CycleResponses& execute) {
   round_.Record(bytes);
 }
 
-void Coordinator::FailEverything(const Status& status) { FailAll(status, true); }
+void Coordinator::FailEverything(const Status& status) {
+  failed_.store(true);
+  FailAll(status, true);
+}
 
 void Coordinator::FailAll(const Status& failure, bool always_dump) {
   Status status = failure;

@@ -23,7 +23,9 @@
 //    2 and 3);
 //  - NegotiationRound (negotiation_round.h): step 3 and rank 0's decisions;
 //  - ExecutionStep (execution_step.h): step 4, with the executors of each process set and
-//    a joined rank's stand-ins.
+//    a joined rank's stand-ins;
+//  - StragglerWatch (straggler_watch.h): how long this rank's collectives waited for the
+//    others, sent to rank 0 about once a second for the straggler report.
 // The Coordinator itself (coordinator.cc) runs the steps in order and keeps what links
 // them: every rank's joins as of the last cycle, the tuned fusion threshold and cycle time,
 // the timeline every part records into, the numbering of unnamed calls (unnamed_names.h)
@@ -33,7 +35,8 @@
 //  1. take newly enqueued entries (ops from a graph once their burst has ended);
 //  2. AND-allreduce one bit set (cycle_bits.h): cache slots ready everywhere, joins, stops;
 //  3. if any rank has new requests, a negotiation round through rank 0;
-//  4. execute what is ready, in fusion groups (fusion.h), then call each entry's `done`.
+//  4. execute what is ready, in fusion groups (fusion.h), then call each entry's `done`;
+//     when rank 0 asked for it in step 2, the straggler watch's exchange.
 #pragma once
 
 #include <atomic>
@@ -60,6 +63,7 @@
 #include "tfring/kernels/core/negotiation_round.h"
 #include "tfring/kernels/core/op_countdown.h"
 #include "tfring/kernels/core/set_executors.h"
+#include "tfring/kernels/core/straggler_watch.h"
 #include "tfring/kernels/core/timeline.h"
 #include "tfring/kernels/core/unnamed_names.h"
 
@@ -104,6 +108,10 @@ class Coordinator : private CycleDriver::Cycles {
     failure_dump_ = std::move(dump);
   }
 
+  // The straggler report rank 0 last sent (straggler_watch.h), JSON; "" before the first.
+  // Thread-safe.
+  std::string StragglerReport() const { return straggler_watch_.Report(); }
+
   // Setting up what the options ask for beyond the thread (the autotuner's log): check
   // before Start().
   const Status& init_status() const { return round_.init_status(); }
@@ -124,6 +132,9 @@ class Coordinator : private CycleDriver::Cycles {
   // True once the cycle has ended (Shutdown here, another rank's shutdown, a lost peer):
   // Enqueue then fails every entry at once.
   bool stopped() const;
+  // True once a failure stopped the cycle (a stall shutdown, a lost peer, a backend's
+  // failure, a damaged message: FailEverything), not a shutdown. Thread-safe.
+  bool failed() const { return failed_.load(); }
 
  private:
   // CycleDriver::Cycles: what the driver runs (cycle_driver.h).
@@ -155,7 +166,9 @@ class Coordinator : private CycleDriver::Cycles {
   const int size_;
   Timeline timeline_;  // before entries_ and execution_, which keep its address
   const std::shared_ptr<FlightRecorder> recorder_;  // before them too
+  StragglerWatch straggler_watch_;                  // and this
   std::function<std::string(const std::string& why)> failure_dump_;
+  std::atomic<bool> failed_{false};
 
   // Shared with every thread that submits, shuts down or asks about the state.
   Intake intake_;

@@ -1,7 +1,9 @@
 // The bit set each rank contributes to the cycle's one AND-allreduce (coordinator.h, step 2).
 //
 // Laid out in 64-bit words, so that one reduction of a few words tells every rank:
-//   flags    word 0; bit 0 set: "I have no new requests" (all set: no negotiation round)
+//   flags    word 0; bit 0 set: "I have no new requests" (all set: no negotiation round);
+//            bit 1 set: "no straggler exchange" (rank 0 clears it when one is due:
+//            straggler_watch.h)
 //   ready    one bit per cache slot: this rank holds that slot's tensor, or never holds
 //            it up (a slot of a set it is not in; any slot once it has joined)
 //   valid    one bit per cache slot, cleared by a rank that saw the slot's name arrive with
@@ -23,6 +25,7 @@ class CycleBits {
   CycleBits(int num_slots, int num_ranks);
 
   void SetNoNewRequests() { words_[0] |= kNoNewRequests; }
+  void SetNoStragglerExchange() { words_[0] |= kNoStragglerExchange; }
   void SetReady(int slot) { Set(ready_, slot); }
   void Invalidate(int slot) { Clear(valid_, slot); }
   void MarkJoined(int rank) { Clear(joined_, rank); }
@@ -33,6 +36,7 @@ class CycleBits {
 
   // After the reduction: every rank's view.
   bool no_new_requests() const { return words_[0] & kNoNewRequests; }
+  bool straggler_exchange() const { return !(words_[0] & kNoStragglerExchange); }
   bool valid(int slot) const { return Test(valid_, slot); }
   // Ready on every rank and valid (an invalidated slot is never run from the cache).
   bool ready(int slot) const { return Test(ready_, slot) && valid(slot); }
@@ -41,6 +45,7 @@ class CycleBits {
 
  private:
   static constexpr uint64_t kNoNewRequests = 1;
+  static constexpr uint64_t kNoStragglerExchange = 2;
 
   bool Test(size_t base, int bit) const { return (words_[base + bit / 64] >> (bit % 64)) & 1; }
   void Set(size_t base, int bit) { words_[base + bit / 64] |= uint64_t{1} << (bit % 64); }

@@ -45,13 +45,15 @@ Status FailureWhere(const Status& s, const std::vector<const Response*>& group, 
 ExecutionStep::ExecutionStep(std::unique_ptr<Backend> backend, int rank, int size,
                              std::unique_ptr<GroupExecutor> device,
                              ProcessSetFactory process_sets, int64_t fusion_alone_bytes,
-                             Timeline* timeline, FlightRecorder* recorder)
+                             Timeline* timeline, FlightRecorder* recorder,
+                             StragglerWatch* straggler_watch)
     : rank_(rank),
       size_(size),
       all_ranks_(SetMembers({}, size)),
       fusion_alone_bytes_(fusion_alone_bytes),
       timeline_(timeline),
       recorder_(recorder),
+      straggler_watch_(straggler_watch),
       executors_(std::move(backend), rank, size, std::move(device), std::move(process_sets),
                  timeline) {}
 
@@ -127,7 +129,10 @@ int64_t ExecutionStep::RunInSet(const std::vector<int32_t>& members,
         own = &it->second.entry;
       }
     }
-    if (own) recorder_->Agreed(own->flight_seq, agreed);
+    if (own) {
+      recorder_->Agreed(own->flight_seq, agreed);
+      straggler_watch_->Agreed(own->created, agreed, own->request);
+    }
     const std::string error = rp->ok() ? JoinedProblem(*rp) : rp->error;
     if (!error.empty()) {
       // FailedPrecondition, as Horovod: the ranks disagree, which no argument of one rank fixes.

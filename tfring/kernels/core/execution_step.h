@@ -19,6 +19,7 @@
 #include "tfring/kernels/core/flight_recorder.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/set_executors.h"
+#include "tfring/kernels/core/straggler_watch.h"
 #include "tfring/kernels/core/timeline.h"
 
 namespace tfring {
@@ -26,11 +27,12 @@ namespace tfring {
 class ExecutionStep {
  public:
   // `fusion_alone_bytes`: a tensor at least this large runs alone (Options). When each of
-  // this rank's entries was agreed and started goes into `recorder`. The rest as
-  // SetExecutorTable's constructor.
+  // this rank's entries was agreed and started goes into `recorder`; how long each waited
+  // for its agreement, into `straggler_watch`. The rest as SetExecutorTable's constructor.
   ExecutionStep(std::unique_ptr<Backend> backend, int rank, int size,
                 std::unique_ptr<GroupExecutor> device, ProcessSetFactory process_sets,
-                int64_t fusion_alone_bytes, Timeline* timeline, FlightRecorder* recorder);
+                int64_t fusion_alone_bytes, Timeline* timeline, FlightRecorder* recorder,
+                StragglerWatch* straggler_watch);
 
   // Runs `responses`, fusing up to `fusion_threshold_bytes` a group, and finishes each of
   // them that is one of `entries`' own. Returns the bytes of the collectives it ran.
@@ -50,6 +52,7 @@ class ExecutionStep {
   const int64_t fusion_alone_bytes_;
   Timeline* const timeline_;
   FlightRecorder* const recorder_;
+  StragglerWatch* const straggler_watch_;
   SetExecutorTable executors_;
 };
 

@@ -149,6 +149,21 @@ void Timeline::MarkCycle() {
         std::to_string(NowMicros()) + "}");
 }
 
+void Timeline::LastIn(int64_t agreed_us, int rank, double seconds,
+                      const std::string& collective) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr || agreed_us < start_us_) return;  // a cycle from before the start
+  char ms[32];
+  std::snprintf(ms, sizeof(ms), "%.3f", seconds * 1e3);
+  Write(R"({"name": "rank )" + std::to_string(rank) +
+        R"( last in", "ph": "i", "s": "t", "pid": 0, "tid": )" +
+        std::to_string(RowOf("LAST INTO CYCLE")) + ", \"ts\": " +
+        std::to_string(agreed_us - start_us_) + R"(, "args": {"rank": )" +
+        std::to_string(rank) + R"(, "others_waited_ms": )" + ms +
+        R"(, "collective": )" + JsonString(collective) + "}}");
+}
+
 void Timeline::Flush() {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);

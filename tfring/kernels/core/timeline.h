@@ -8,7 +8,8 @@
 // through the host), MEMCPY_IN_FUSION_BUFFER, the backend call (MPI_ALLREDUCE,
 // NCCL_ALLGATHER, ...; its args name the fusion group, how many tensors and bytes it held),
 // MEMCPY_OUT_FUSION_BUFFER. With mark_cycles, an instant event marks each cycle that ran
-// collectives.
+// collectives. The row "LAST INTO CYCLE" marks each cycle one rank held up, with that rank
+// (written about a second later, by the straggler watch: straggler_watch.h).
 //
 // The file is a JSON array written event by event and flushed after every cycle; Stop()
 // closes it. A job killed mid-run leaves it without its closing bracket, which Chrome's
@@ -56,6 +57,10 @@ class Timeline {
   // recur, and a row per call would bury the trace.
   static std::string RowName(const Request& tensor);
   void MarkCycle();
+  // The straggler watch's mark (rank 0, straggler_watch.h): `rank` came last into the cycle
+  // that agreed at `agreed_us` (the steady clock's microseconds), `seconds` after the first
+  // rank in, which waited in `collective`. An instant event on the row "LAST INTO CYCLE".
+  void LastIn(int64_t agreed_us, int rank, double seconds, const std::string& collective);
   void Flush();
 
   // `"group": "<first tensor>", "tensors": N, "bytes": B` for a backend phase's args.

@@ -48,6 +48,7 @@ void tfring_atexit_within(double seconds, int finalize_anyway, int exit_status,
 }
 int tfring_is_initialized() { return GlobalRuntime::Get().initialized() ? 1 : 0; }
 int tfring_peer_lost() { return GlobalRuntime::Get().peer_lost() ? 1 : 0; }
+int tfring_stopped_on_failure() { return GlobalRuntime::Get().stopped_on_failure() ? 1 : 0; }
 int tfring_rank() { return Layout(&tfring::ProcessLayout::rank); }
 int tfring_size() { return Layout(&tfring::ProcessLayout::size); }
 int tfring_local_rank() { return Layout(&tfring::ProcessLayout::local_rank); }
@@ -96,6 +97,17 @@ int tfring_tuned_params(int64_t* fusion_threshold_bytes, double* cycle_time_ms) 
   *fusion_threshold_bytes = p.fusion_threshold_bytes;
   *cycle_time_ms = p.cycle_time_ms;
   return 1;
+}
+
+// The straggler report (core/straggler_watch.h) as JSON, copied into `out` when it fits.
+// Returns its length (plus one: the terminating NUL) so that a caller can ask again with a
+// buffer that large; 1 for "" (no exchange yet); -1 before init.
+int tfring_straggler_report(char* out, int out_len) {
+  std::string json;
+  if (!GlobalRuntime::Get().StragglerReport(&json)) return -1;
+  const int needed = static_cast<int>(json.size()) + 1;
+  if (out_len >= needed) std::memcpy(out, json.c_str(), needed);
+  return needed;
 }
 
 int tfring_mpi_built() { return 1; }

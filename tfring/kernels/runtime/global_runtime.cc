@@ -185,6 +185,7 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
   TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, mpi_->world(), &device));
+  shut_down_after_failure_ = false;
   coordinator_ = std::make_shared<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device),
                                                NewProcessSetFactory(options, sets_comm));
@@ -235,6 +236,10 @@ void GlobalRuntime::Shutdown() {
   }
   if (!coordinator) return;
   coordinator->Shutdown();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shut_down_after_failure_ = coordinator->failed();
+  }
   // An Enqueue that took its reference before the swap is finishing its call: after
   // Shutdown, the coordinator fails new entries at once. Wait for it, so that the
   // communicators are freed here (before MPI may be finalized), not on that thread later.
@@ -294,6 +299,13 @@ bool GlobalRuntime::peer_lost() {
   return coordinator_ != nullptr && coordinator_->peer_lost();
 }
 
+bool GlobalRuntime::stopped_on_failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peers_lost_) return false;
+  if (coordinator_) return coordinator_->failed() && !coordinator_->peer_lost();
+  return shut_down_after_failure_;
+}
+
 bool GlobalRuntime::mpi_threads_supported() {
   std::lock_guard<std::mutex> lock(mutex_);
   return coordinator_ != nullptr && mpi_->threads_supported();
@@ -324,6 +336,13 @@ bool GlobalRuntime::TunedParamsNow(TunedParams* params) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!coordinator_) return false;
   *params = coordinator_->tuned_params();
+  return true;
+}
+
+bool GlobalRuntime::StragglerReport(std::string* json) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!coordinator_) return false;
+  *json = coordinator_->StragglerReport();
   return true;
 }
 

@@ -37,6 +37,10 @@ class GlobalRuntime {
   // answering, and its collectives failed for that (tfring.elastic re-forms the job then).
   // False after shutdown() and before init().
   bool peer_lost();
+  // True when the runtime last started stopped on a failure (Coordinator::failed) with no
+  // peer lost, running or since shut down: then MPI_Finalize at exit may wait for a rank
+  // that never exits (tfring/_process/runtime.py bounds it).
+  bool stopped_on_failure();
   ProcessLayout layout();  // valid once initialized
 
   // What an op needs of the running runtime, taken under one lock: the coordinator (a
@@ -63,6 +67,8 @@ class GlobalRuntime {
   void StopTimeline();
   // The fusion threshold and cycle time in force; false before init.
   bool TunedParamsNow(TunedParams* params);
+  // The straggler report rank 0 last sent (Coordinator::StragglerReport); false before init.
+  bool StragglerReport(std::string* json);
 
   // Queues `entry`, or fails it at once when the runtime is not initialized (for callers
   // without a Running: the C API's and the native tests').
@@ -83,6 +89,7 @@ class GlobalRuntime {
   std::shared_ptr<Coordinator> coordinator_;
   ProcessLayout layout_;
   bool peers_lost_ = false;
+  bool shut_down_after_failure_ = false;  // the last coordinator, shut down, had failed
   std::atomic<int64_t> process_set_world_{0};
 };
 

@@ -1,14 +1,16 @@
-"""What the flight recorder costs: a small eager allreduce and a Keras training step, with
-the recorder on (TFRING_FLIGHT_RECORDER_ENTRIES=1024, the default) and off (0), interleaved
-in one job (tfring started again between rounds), ranks bound to cores.
+"""What the always-on diagnostics cost: a small eager allreduce and a Keras training step
+with tfring's defaults (the flight recorder, TFRING_FLIGHT_RECORDER_ENTRIES=1024, and the
+straggler watch, TFRING_STRAGGLER_WINDOW_SECONDS=1), with each turned off (0) and with both
+off, interleaved in one job (tfring started again between rounds), ranks bound to cores.
 
-    python bench/flight_recorder.py [--np 2] [--rounds 10]
+    python bench/diagnostics_cost.py [--np 2] [--rounds 6]
 
 Prints each setting's median over rounds of: microseconds per eager allreduce of 4 floats
-(unnamed, as users write it; 5000 calls a round), and milliseconds per step of a small
-Keras model.fit (tfring.keras.DistributedOptimizer, batch 32, 200 steps a round, after an
-epoch of warm-up), the slowest rank's figure each round. The order of the two settings
-alternates from round to round.
+(unnamed, as users write it; 40000 calls a round, over a second, so that the straggler
+watch's exchanges, one a second, fall inside), and milliseconds per step of a small Keras
+model.fit (tfring.keras.DistributedOptimizer, batch 32, 600 steps a round, after an epoch of
+warm-up), the slowest rank's figure each round. The settings' order rotates from round to
+round.
 """
 
 import argparse
@@ -18,7 +20,13 @@ import subprocess
 import sys
 import time
 
-SETTINGS = {"on": "1024", "off": "0"}
+SETTINGS = {
+    "defaults": {},
+    "recorder off": {"TFRING_FLIGHT_RECORDER_ENTRIES": "0"},
+    "watch off": {"TFRING_STRAGGLER_WINDOW_SECONDS": "0"},
+    "both off": {"TFRING_FLIGHT_RECORDER_ENTRIES": "0", "TFRING_STRAGGLER_WINDOW_SECONDS": "0"},
+}
+KNOBS = ("TFRING_FLIGHT_RECORDER_ENTRIES", "TFRING_STRAGGLER_WINDOW_SECONDS")
 
 
 def worker(rounds):
@@ -33,15 +41,17 @@ def worker(rounds):
     x = np.random.RandomState(0).rand(32 * 40, 16).astype(np.float32)
     y = (x.sum(axis=1, keepdims=True) > 8).astype(np.float32)
     results = {name: {"allreduce_us": [], "step_ms": []} for name in SETTINGS}
+    names = list(SETTINGS)
     for r in range(rounds):
-        for name, entries in (list(SETTINGS.items()) if r % 2 == 0 else
-                              list(reversed(SETTINGS.items()))):
-            os.environ["TFRING_FLIGHT_RECORDER_ENTRIES"] = entries
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for knob in KNOBS:
+                os.environ.pop(knob, None)
+            os.environ.update(SETTINGS[name])
             tfring.init()
             t = tf.constant([1.0, 2.0, 3.0, 4.0])
             for _ in range(200):
                 tfring.allreduce(t)
-            calls = 5000
+            calls = 40000
             start = time.perf_counter()
             for _ in range(calls):
                 tfring.allreduce(t)
@@ -53,14 +63,14 @@ def worker(rounds):
             model.compile(hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.01)), "mse")
             model.fit(x, y, batch_size=32, epochs=1, verbose=0)  # warm-up: tracing
             start = time.perf_counter()
-            model.fit(x, y, batch_size=32, epochs=5, verbose=0)
-            mine = (time.perf_counter() - start) / 200 * 1e3
+            model.fit(x, y, batch_size=32, epochs=15, verbose=0)
+            mine = (time.perf_counter() - start) / 600 * 1e3
             results[name]["step_ms"].append(
                 float(tfring.allreduce(tf.constant(mine), op=tfring.Max)))
             tfring.shutdown()
     if int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == 0:
         for name, figures in results.items():
-            print(f"recorder {name}: allreduce {statistics.median(figures['allreduce_us']):.1f}"
+            print(f"{name}: allreduce {statistics.median(figures['allreduce_us']):.1f}"
                   f" us, Keras step {statistics.median(figures['step_ms']):.2f} ms "
                   f"(medians of {rounds}; rounds: "
                   f"{', '.join(f'{v:.1f}' for v in figures['allreduce_us'])} us; "
@@ -70,7 +80,7 @@ def worker(rounds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
