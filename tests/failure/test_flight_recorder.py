@@ -31,8 +31,10 @@ def _line_of(code):
 
 def test_a_rank_blocked_in_python_is_named_with_its_line_and_the_job_ends(tmp_path):
     # Rank 1 sleeps for a minute; the stall shutdown (3 s) fails the others' op, they exit,
-    # and their MPI_Finalize waits 10 s for rank 1, then gives up: the launcher ends rank 1.
-    out = _run("blocked_in_python", tmp_path, dict(STALL, FLIGHT_TEST_SLEEP="60"),
+    # and their MPI_Finalize waits TFRING_PEER_TIMEOUT_SECONDS (5 s here) for rank 1, then
+    # gives up: the launcher ends rank 1.
+    out = _run("blocked_in_python", tmp_path,
+               dict(STALL, FLIGHT_TEST_SLEEP="60", TFRING_PEER_TIMEOUT_SECONDS="5"),
                ends_the_job=True)
     assert since_job_start(out, time.time()) < 45, out
     # The error says where the dumps are, on the ranks that got it.
@@ -42,7 +44,8 @@ def test_a_rank_blocked_in_python_is_named_with_its_line_and_the_job_ends(tmp_pa
                f"{tmp_path})" in line, out
     assert "rank 1: step5" not in out, out  # it never woke
     assert re.search(r"\[tfring\] rank [02]: tfring stopped on a failure \(the error above\), "
-                     r"and MPI_Finalize waited 10 s for ranks that did not exit", out), out
+                     r"and MPI_Finalize waited 5 s \(TFRING_PEER_TIMEOUT_SECONDS\) for ranks "
+                     r"that did not exit", out), out
     text, report = flight_report(tmp_path)
     assert report["dumped"] == [0, 1, 2] and report["not_dumped"] == [], report
     parting = report["first_parting"]

@@ -62,35 +62,32 @@ def start(comm=None):
         _atexit_registered = True
 
 
-# After tfring stopped on a failure, how long a rank's MPI_Finalize at exit waits for the
-# other ranks to exit too (docs/hangs-and-stragglers.md, 'When the job ends').
-FINALIZE_AFTER_FAILURE_SECONDS = 10.0
-
-
 def _at_exit():
     """Finalizes MPI at exit: a rank that leaves without MPI_Finalize makes mpirun fail.
 
     MPI_Finalize waits for every rank to call it. After a stall shutdown or a backend's
     failure, a rank blocked outside tfring (in Python: a sleep, data loading, a deadlock of
     its own) may never get there, and the ranks that failed would wait in MPI_Finalize for
-    as long as it stays blocked. So, then, each waits at most FINALIZE_AFTER_FAILURE_SECONDS
-    and then exits with status 1 without it, which has the launcher (mpirun, srun) end the
-    ranks still running. Ranks that all exit in that time finalize as usual. (After a lost
-    peer tfring never finalizes; an elastic worker's end is tfring/_elastic/process_end.py's.)
+    as long as it stays blocked. So, then, each waits at most TFRING_PEER_TIMEOUT_SECONDS
+    (a peer silent that long is lost: docs/hangs-and-stragglers.md, 'When the job ends') and
+    then exits with status 1 without it, which has the launcher (mpirun, srun) end the ranks
+    still running (with 0 there, it waits for ever). Ranks that all exit in that time
+    finalize as usual. (After a lost peer
+    tfring never finalizes; an elastic worker's end is tfring/_elastic/process_end.py's.)
     """
     lib = _library.capi()
-    if not lib.tfring_stopped_on_failure():
+    seconds = lib.tfring_peer_timeout_seconds()  # 0: wait for ever, as for a peer
+    if not lib.tfring_stopped_on_failure() or seconds <= 0:
         lib.tfring_atexit()
         return
     sys.stdout.flush()
     sys.stderr.flush()
     who = f"rank {rank()}" if lib.tfring_rank() >= 0 else "this rank"
     message = (f"[tfring] {who}: tfring stopped on a failure (the error above), and MPI_Finalize "
-               f"waited {FINALIZE_AFTER_FAILURE_SECONDS:g} s for ranks that did not exit (one "
-               "blocked outside tfring, in Python, say); this rank exits now without it, with "
-               "status 1, so that the launcher ends the ranks still running")
-    lib.tfring_atexit_within(FINALIZE_AFTER_FAILURE_SECONDS, int(mpi4py_owns_mpi()), 1,
-                             message.encode())
+               f"waited {seconds:g} s (TFRING_PEER_TIMEOUT_SECONDS) for ranks that did not "
+               "exit (one blocked outside tfring, in Python, say); this rank exits now without "
+               "it, with status 1, so that the launcher ends the ranks still running")
+    lib.tfring_atexit_within(seconds, int(mpi4py_owns_mpi()), 1, message.encode())
 
 
 def mpi4py_owns_mpi():

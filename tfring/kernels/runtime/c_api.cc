@@ -49,6 +49,7 @@ void tfring_atexit_within(double seconds, int finalize_anyway, int exit_status,
 int tfring_is_initialized() { return GlobalRuntime::Get().initialized() ? 1 : 0; }
 int tfring_peer_lost() { return GlobalRuntime::Get().peer_lost() ? 1 : 0; }
 int tfring_stopped_on_failure() { return GlobalRuntime::Get().stopped_on_failure() ? 1 : 0; }
+double tfring_peer_timeout_seconds() { return GlobalRuntime::Get().peer_timeout_seconds(); }
 int tfring_rank() { return Layout(&tfring::ProcessLayout::rank); }
 int tfring_size() { return Layout(&tfring::ProcessLayout::size); }
 int tfring_local_rank() { return Layout(&tfring::ProcessLayout::local_rank); }

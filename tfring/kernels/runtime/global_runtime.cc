@@ -175,6 +175,7 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   Options options;
   TFRING_RETURN_IF_ERROR(Options::FromEnvironment(&options));
   SetLogLevel(options.log_level);
+  peer_timeout_seconds_ = options.peer_timeout_seconds;
   TFRING_RETURN_IF_ERROR(mpi_->Initialize(world, &layout_));
   SetLogRank(layout_.rank);
   MPI_Comm control_comm, sets_comm;
@@ -304,6 +305,11 @@ bool GlobalRuntime::stopped_on_failure() {
   if (peers_lost_) return false;
   if (coordinator_) return coordinator_->failed() && !coordinator_->peer_lost();
   return shut_down_after_failure_;
+}
+
+double GlobalRuntime::peer_timeout_seconds() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peer_timeout_seconds_;
 }
 
 bool GlobalRuntime::mpi_threads_supported() {

@@ -41,6 +41,8 @@ class GlobalRuntime {
   // peer lost, running or since shut down: then MPI_Finalize at exit may wait for a rank
   // that never exits (tfring/_process/runtime.py bounds it).
   bool stopped_on_failure();
+  // TFRING_PEER_TIMEOUT_SECONDS as the last init() read it (its default before).
+  double peer_timeout_seconds();
   ProcessLayout layout();  // valid once initialized
 
   // What an op needs of the running runtime, taken under one lock: the coordinator (a
@@ -90,6 +92,7 @@ class GlobalRuntime {
   ProcessLayout layout_;
   bool peers_lost_ = false;
   bool shut_down_after_failure_ = false;  // the last coordinator, shut down, had failed
+  double peer_timeout_seconds_ = Options().peer_timeout_seconds;
   std::atomic<int64_t> process_set_world_{0};
 };
 
