@@ -9,13 +9,14 @@ namespace tfring {
 namespace {
 
 // A rank is named when the others waited for it at least this share of the time the report
-// covers, at least kMinHeldSeconds in all, at least a quarter as long as for the rank they
-// waited for most, and at least kTimesTheOthers times as long as the (lower) median of the
-// other ranks: noise spreads over every rank, a straggler stands out from the rest.
-constexpr double kMinShare = 0.05;
+// covers, at least kMinHeldSeconds in all, and at least a quarter as long as for the rank
+// they waited for most. Scheduling noise on a loaded machine held even ranks' peers up to
+// about 5% of the time in the tests (tests/failure/test_straggler_report.py), spread over
+// the ranks; a straggler worth a look costs more. No rule relative to the other ranks:
+// several ranks may be slow, each its own way, and each is named.
+constexpr double kMinShare = 0.10;
 constexpr double kMinHeldSeconds = 0.05;
 constexpr double kOfTheMost = 0.25;
-constexpr double kTimesTheOthers = 3.0;
 // How: one event that is at least half its lateness is "once"; late (by kLastInSeconds or
 // more) in at least this share of the cycles of the collective it held the others up in
 // most (at least kEveryStepCycles of them: a training step's) is "every_step"; anything
@@ -121,14 +122,8 @@ std::vector<StragglerTally::Straggler> StragglerTally::Stragglers() const {
   for (const RankTally& t : ranks_) most = std::max(most, t.held_seconds);
   for (int r = 0; r < size_; ++r) {
     const RankTally& t = ranks_[r];
-    std::vector<double> others;
-    for (int o = 0; o < size_; ++o) {
-      if (o != r) others.push_back(ranks_[o].held_seconds);
-    }
-    std::sort(others.begin(), others.end());
-    const double median_others = others.empty() ? 0 : others[(others.size() - 1) / 2];
     if (t.held_seconds < kMinHeldSeconds || t.held_seconds < kMinShare * seconds_ ||
-        t.held_seconds < kOfTheMost * most || t.held_seconds < kTimesTheOthers * median_others) {
+        t.held_seconds < kOfTheMost * most) {
       continue;
     }
     std::string kind = "at_times";
