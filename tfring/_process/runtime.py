@@ -70,8 +70,8 @@ def _at_exit():
     its own) may never get there, and the ranks that failed would wait in MPI_Finalize for
     as long as it stays blocked. So, then, each waits at most TFRING_PEER_TIMEOUT_SECONDS
     (a peer silent that long is lost: docs/hangs-and-stragglers.md, 'When the job ends') and
-    then exits with status 1 without it, which has the launcher (mpirun, srun) end the ranks
-    still running (with 0 there, it waits for ever). Ranks that all exit in that time
+    then exits with status 1 without it, which has mpirun (srun with --kill-on-bad-exit=1)
+    end the ranks still running (with 0 there, it waits for ever). Ranks that all exit in that time
     finalize as usual. (After a lost peer
     tfring never finalizes; an elastic worker's end is tfring/_elastic/process_end.py's.)
     """
