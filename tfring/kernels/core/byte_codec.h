@@ -24,14 +24,14 @@ class Writer {
     Put<uint32_t>(static_cast<uint32_t>(s.size()));
     out_.append(s);
   }
-  void PutInts(const std::vector<int64_t>& v) {
+  // A count, then the values (tensor dimensions, splits: int64; ranks: int32).
+  template <typename T>
+  void PutVector(const std::vector<T>& v) {
     Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (int64_t x : v) Put<int64_t>(x);
+    for (T x : v) Put<T>(x);
   }
-  void PutRanks(const std::vector<int32_t>& v) {
-    Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (int32_t x : v) Put<int32_t>(x);
-  }
+  void PutInts(const std::vector<int64_t>& v) { PutVector(v); }
+  void PutRanks(const std::vector<int32_t>& v) { PutVector(v); }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -55,24 +55,19 @@ class Reader {
     pos_ += n;
     return true;
   }
-  bool GetInts(std::vector<int64_t>* v) {
+  template <typename T>
+  bool GetVector(std::vector<T>* v) {
     uint32_t n;
     // The count is checked against what is left before anything is allocated: a damaged
     // count must be an error, not a request for gigabytes.
-    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(int64_t) > in_.size()) return false;
+    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(T) > in_.size()) return false;
     v->resize(n);
     for (auto& x : *v)
       if (!Get(&x)) return false;
     return true;
   }
-  bool GetRanks(std::vector<int32_t>* v) {
-    uint32_t n;
-    if (!Get(&n) || pos_ + static_cast<size_t>(n) * sizeof(int32_t) > in_.size()) return false;
-    v->resize(n);
-    for (auto& x : *v)
-      if (!Get(&x)) return false;
-    return true;
-  }
+  bool GetInts(std::vector<int64_t>* v) { return GetVector(v); }
+  bool GetRanks(std::vector<int32_t>* v) { return GetVector(v); }
   // A one-byte flag: 0 or 1, anything else is damage.
   bool GetBool(bool* b) {
     uint8_t v;
