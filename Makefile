@@ -15,6 +15,11 @@ TF_KERAS_VERSION ?= 2.21.0
 # TensorFlow: a run does not fetch whatever NCCL wheel PyPI has newest.
 GPU_BUILD_PINS ?= nvidia-nccl-cu13==2.30.7 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 \
                   nvidia-cuda-cccl==13.0.85
+# ml_dtypes (TensorFlow's dtypes beyond numpy's; TF 2.21 takes 0.5.1 to 1.0): 0.7.0's import
+# costs 0.5 s of CPU more than 0.6.0's (3.35 s against 2.8 s for `import tensorflow`,
+# measured 2026-12-02), which each of the suite's ~200 TensorFlow processes pays. Older
+# TensorFlows take older ml_dtypes (2.16-2.18: below 0.5): pip chooses there.
+SUITE_SPEED_PINS ?= $(if $(filter 2.19.% 2.20.% 2.21.%,$(TF_VERSION)),ml_dtypes==0.6.0)
 
 .PHONY: demo test test-full build build-sanitized bench bench-keras bench-autotune bench-native compat clean
 
@@ -25,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	# compiled (and CI checks that it compiles) even where no GPU is present; its tests skip
 	# there.
 	$(PYTHON) -m pip install -q -e ".[test,cpu,gpu-build]" tensorflow-cpu==$(TF_VERSION) \
-		$(GPU_BUILD_PINS)
+		$(GPU_BUILD_PINS) $(SUITE_SPEED_PINS)
 	# tf_keras (Keras 2, for TF_USE_LEGACY_KERAS=1): without --no-deps it pulls in the full
 	# tensorflow package on top of tensorflow-cpu.
 	$(PYTHON) -m pip install -q --no-deps tf_keras==$(TF_KERAS_VERSION)
