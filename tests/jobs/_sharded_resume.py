@@ -1,14 +1,18 @@
 """Jobs for tests/jobs/test_sharded_resume.py: a checkpoint of sharded optimizer state saved
 at one number of ranks resumes at another. Keras 3, or tf_keras with TF_USE_LEGACY_KERAS=1.
 
-    python _sharded_resume.py save DIR          # N ranks: an epoch sharded and one
-                                                # unsharded, each saved by rank 0's
-                                                # ModelCheckpoint into DIR
-    python _sharded_resume.py resume DIR [OUT]  # M ranks: each file of DIR resumed sharded
-                                                # and not; then, with OUT, saved as `save`
-    python _sharded_resume.py without DIR       # one process, tfring never imported: each
-                                                # file of DIR loaded into a plain Adam,
-                                                # and resumed
+    mpirun -np 3 python _sharded_resume.py chain DIR [back]
+        one job of three processes, three tfring jobs in turn (init, shutdown, init again):
+        world ranks 0 and 1 as a job of 2 (init(comm=[0, 1])) fit an epoch sharded and one
+        unsharded, each saved by rank 0's ModelCheckpoint into DIR/at2; all three resume
+        each file sharded and not, and save so into DIR/at3; with `back`, ranks 0 and 1
+        resume DIR/at3 as a job of 2 again
+    python _sharded_resume.py without DIR
+        one process, tfring never imported: each file of DIR loaded into a plain Adam, and
+        resumed
+
+One job where there were three (a save, a resume, a resume back) spares the suite the
+processes' start, TensorFlow's import most of all.
 
 Keras 3 saves Keras weights files (.weights.h5); tf_keras saves TensorFlow checkpoints
 (ModelCheckpoint's save_weights_only to a path without .h5), which hold the optimizer.
@@ -16,6 +20,7 @@ Keras 3 saves Keras weights files (.weights.h5); tf_keras saves TensorFlow check
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -119,19 +124,38 @@ def resume(root):
           f"(largest difference {worst:.2e})", flush=True)
 
 
+def chain(root, back):
+    import tfring
+    from mpi4py import MPI  # noqa: F401  (MPI_Init on every process, before any tfring job)
+    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    at2, at3 = os.path.join(root, "at2"), os.path.join(root, "at3")
+    saved_at2 = os.path.join(root, "saved-at-2")
+    if world < 2:
+        tfring.init(comm=[0, 1])
+        save(at2)
+        tfring.shutdown()
+        if world == 0:
+            open(saved_at2, "w").close()
+    else:
+        # Not in the job of two: waits for its files without spinning in MPI beside it.
+        while not os.path.exists(saved_at2):
+            time.sleep(0.1)
+    tfring.init()
+    resume(at2)
+    save(at3)
+    tfring.shutdown()
+    if back and world < 2:
+        tfring.init(comm=[0, 1])
+        resume(at3)
+        tfring.shutdown()
+
+
 def main():
     mode, root = sys.argv[1], sys.argv[2]
     if mode == "without":
         without_tfring(root, tf_keras=TF_KERAS)
-        return
-    import tfring
-    tfring.init()
-    if mode == "save":
-        save(root)
-        return
-    resume(root)
-    if len(sys.argv) > 3:
-        save(sys.argv[3])
+    else:
+        chain(root, back=sys.argv[3:] == ["back"])
 
 
 if __name__ == "__main__":

@@ -20,16 +20,23 @@ def _run(command, env):
     return out
 
 
-def _job(np_, env, *args):
+def _chain(env, tmp_path, *back):
+    """The three tfring jobs of _sharded_resume.py's `chain` in one mpirun of 3 processes."""
     env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return _run([MPIRUN, "--oversubscribe", "-np", str(np_), sys.executable,
-                 os.path.join(HERE, "_sharded_resume.py"), *map(str, args)], env)
+    return _run([MPIRUN, "--oversubscribe", "-np", "3", sys.executable,
+                 os.path.join(HERE, "_sharded_resume.py"), "chain", str(tmp_path), *back], env)
 
 
-def _assert_resumed(out, size):
-    for rank in range(size):
-        assert f"rank {rank}: resumed at {size} ranks, all four alike: True" in out, \
+def _assert_saved_and_resumed(out, back):
+    for rank in range(2):
+        assert f"rank {rank}: saved at 2 ranks" in out, out[-4000:]
+    for rank in range(3):
+        assert f"rank {rank}: resumed at 3 ranks, all four alike: True" in out, out[-4000:]
+        assert f"rank {rank}: saved at 3 ranks" in out, out[-4000:]
+    for rank in range(2):
+        assert (f"rank {rank}: resumed at 2 ranks, all four alike: True" in out) == back, \
             out[-4000:]
+    assert "rank 2: saved at 2 ranks" not in out, out[-4000:]
 
 
 def _assert_plain_keras_resumes_it(folder, env, flavour):
@@ -41,21 +48,11 @@ def _assert_plain_keras_resumes_it(folder, env, flavour):
 
 # Two tests, so that the suite's two-at-a-time jobs stage runs the flavours side by side.
 def test_keras3_saved_at_2_resumes_at_3_and_saved_at_3_at_2(tmp_path):
-    at2, at3 = tmp_path / "at2", tmp_path / "at3"
-    for folder in (at2, at3):
-        folder.mkdir()
-    out = _job(2, ENV, "save", at2)
-    assert "rank 0: saved at 2 ranks" in out, out[-4000:]
-    out = _job(3, ENV, "resume", at2, at3)  # then saves at 3 ranks
-    _assert_resumed(out, 3)
-    assert "rank 0: saved at 3 ranks" in out, out[-4000:]
-    _assert_resumed(_job(2, ENV, "resume", at3), 2)
-    _assert_plain_keras_resumes_it(at3, ENV, "Keras 3")
+    _assert_saved_and_resumed(_chain(ENV, tmp_path, "back"), back=True)
+    _assert_plain_keras_resumes_it(tmp_path / "at3", ENV, "Keras 3")
 
 
 def test_tf_keras_saved_at_2_resumes_at_3(tmp_path):
     # TensorFlow checkpoints (tf_keras's save_weights without .h5), from 2 ranks to 3.
-    out = _job(2, TF_KERAS, "save", tmp_path)
-    assert "rank 0: saved at 2 ranks" in out, out[-4000:]
-    _assert_resumed(_job(3, TF_KERAS, "resume", tmp_path), 3)
-    _assert_plain_keras_resumes_it(tmp_path, TF_KERAS, "tf_keras")
+    _assert_saved_and_resumed(_chain(TF_KERAS, tmp_path), back=False)
+    _assert_plain_keras_resumes_it(tmp_path / "at2", TF_KERAS, "tf_keras")
