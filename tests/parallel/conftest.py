@@ -2,7 +2,8 @@
 
 The suite runs the whole folder at 2 ranks, and at 3 ranks only the tests whose outcome
 depends on the job's size (`--size-dependent`): those marked `size_dependent`, by the
-decorator or in SIZE_DEPENDENT below. A new test whose result changes with the number of
+decorator or in SIZE_DEPENDENT below, in a tf.function where they also run eagerly and in a
+TF1 graph (the same kernel and runtime). A new test whose result changes with the number of
 ranks (uneven splits, sets with several members, which rank errs or joins) goes there.
 XLA parametrizations run at 2 ranks only: the lowering does not depend on the size.
 
@@ -90,6 +91,14 @@ def _is_xla_case(item):
     return "xla" in item.name.lower() or any(isinstance(v, str) and v == "xla" for v in params.values())
 
 
+def _repeats_another_mode(item):
+    """An eager or graph case of a test run in a tf.function too: the three run the same
+    kernel and runtime, which is where the size matters (offsets, uneven splits), so at 3
+    ranks the function case stands for them."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("mode") in ("eager", "graph")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         nodeid = item.nodeid.split("tests/parallel/")[-1]
@@ -98,7 +107,8 @@ def pytest_collection_modifyitems(config, items):
     if not config.getoption("--size-dependent"):
         return
     # The same selection on every rank: it depends on the node ids alone.
-    kept = [i for i in items if i.get_closest_marker("size_dependent") and not _is_xla_case(i)]
+    kept = [i for i in items if i.get_closest_marker("size_dependent") and not _is_xla_case(i)
+            and not _repeats_another_mode(i)]
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept
 
