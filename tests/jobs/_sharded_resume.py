@@ -126,8 +126,8 @@ def resume(root):
 
 def chain(root, back):
     import tfring
-    from mpi4py import MPI  # noqa: F401  (MPI_Init on every process, before any tfring job)
-    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    from mpi4py import MPI  # MPI_Init on every process, before any tfring job
+    world = MPI.COMM_WORLD.Get_rank()
     at2, at3 = os.path.join(root, "at2"), os.path.join(root, "at3")
     saved_at2 = os.path.join(root, "saved-at-2")
     if world < 2:

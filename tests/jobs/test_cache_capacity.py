@@ -14,7 +14,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+# At 3 ranks the ready bits of a slot are AND-ed over more than a pair; 2 ranks are the
+# same protocol's smaller case (`make test-full` runs it: full_only, tests/failure/conftest.py).
+@pytest.mark.parametrize("np_", [pytest.param(2, marks=pytest.mark.full_only), 3])
 def test_more_names_than_the_cache_holds(np_):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                TF_CPP_MIN_LOG_LEVEL="3", TFRING_CACHE_CAPACITY="8",
