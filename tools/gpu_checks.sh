@@ -15,8 +15,8 @@
 # for the killed-rank scenarios alone, rebuilt over it at the end.
 # BENCH_RANKS picks the benchmark's rank counts (default "2"); GPU_CHECKS=killed runs
 # only the killed-rank scenarios under ULFM, at 2, 3 and 4 ranks (over the wheel's MPI where
-# the machine's has no ULFM), NCCL made again after a reset (scenario_nccl_reset) and after
-# a worker joined (scenario_nccl_grow).
+# the machine's has no ULFM), NCCL's world shrunk after a reset (scenario_nccl_reset) and
+# grown after a worker joined (scenario_nccl_grow), and made anew (TFRING_NCCL_RESHAPE=off).
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out/logs"
@@ -50,20 +50,29 @@ run() {  # run NAME LIMIT_SECONDS COMMAND...
   { echo "==== $name (rc=$rc)"; cat "$log"; } >>"$out/all.txt"
 }
 killed() {  # killed NAME_SUFFIX MPIRUN_WORDS: a rank SIGKILLed mid-allreduce, at 3 and 2
-  # ranks; then one killed between GPU ops, and NCCL made again on the ranks left (elastic)
-  local n
+  # ranks (then the survivors start again); one killed between GPU ops, and NCCL's world
+  # shrunk (or made again) on the ranks left; a worker joining. The elastic ones both ways:
+  # NCCL's world kept/shrunk/grown where NCCL can (_reshape), and made anew (_off).
+  local n way
   for n in 3 2; do
     run "nccl_peer_killed_np${n}_$1" 120 env MPIRUN="$2" \
       tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_peer_killed --timeout_seconds=90
   done
-  for n in 3 4; do
-    run "nccl_reset_np${n}_$1" 120 env MPIRUN="$2" \
-      tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_reset --timeout_seconds=90
+  for way in reshape off; do
+    local setting=TFRING_NCCL_RESHAPE=auto
+    [ "$way" = off ] && setting=TFRING_NCCL_RESHAPE=off
+    for n in 3 4; do
+      run "nccl_reset_np${n}_$1_$way" 120 env MPIRUN="$2 -x TFRING_NCCL_RESHAPE" "$setting" \
+        tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_reset --timeout_seconds=90
+    done
+    for n in 2 3; do  # workers joining: a spawned rank in the NCCL world
+      run "nccl_grow_np${n}_$1_$way" 120 env MPIRUN="$2 -x TFRING_NCCL_RESHAPE" "$setting" \
+        tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_grow --timeout_seconds=90
+    done
   done
-  for n in 2 3; do  # workers joining: a spawned rank in the NCCL world made again
-    run "nccl_grow_np${n}_$1" 120 env MPIRUN="$2" \
-      tools/gpu_ranks.sh "$n" build/tests/scenario_nccl_grow --timeout_seconds=90
-  done
+  run "nccl_peer_killed_np4_$1_off" 120 env MPIRUN="$2 -x TFRING_NCCL_RESHAPE" \
+    TFRING_NCCL_RESHAPE=off \
+    tools/gpu_ranks.sh 4 build/tests/scenario_nccl_peer_killed --timeout_seconds=90
 }
 ulfm=no
 has_ulfm && ulfm=yes
@@ -86,6 +95,7 @@ run build 300 env TFRING_WITH_NCCL=1 "$python" tfring/build --native-only
 [ -x build/tests/test_nccl_runtime ] || exit 1
 # The multi-rank runs first: if the machine is taken back early, they are what matters most.
 tests="build/tests/test_nccl_runtime --timeout_seconds=40"
+run test_nccl_kept_world 30 mpirun --oversubscribe -np 1 build/tests/test_nccl_kept_world
 for n in 2 3 4 1; do
   run "test_nccl_global_runtime_np$n" 150 tools/gpu_ranks.sh "$n" \
     build/tests/test_nccl_global_runtime --timeout_seconds=60

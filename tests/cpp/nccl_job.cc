@@ -2,9 +2,13 @@
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>  // MPIX_Comm_revoke, MPIX_Comm_shrink (ULFM)
+#endif
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
@@ -16,6 +20,7 @@
 #include "tfring/kernels/backends/mpi/mpi_control_plane.h"
 #include "tfring/kernels/backends/mpi/mpi_failure_notice.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 #include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/core/host_executor.h"
 #include "tfring/kernels/core/staging_executor.h"
@@ -42,7 +47,39 @@ std::unique_ptr<MpiControlPlane> ControlPlane(const MpiContext& mpi, const Optio
   return std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds);
 }
 
+bool ReshapeOff() {
+  const char* v = std::getenv("TFRING_NCCL_RESHAPE");
+  return v != nullptr && std::string(v) == "off";
+}
+
 }  // namespace
+
+std::string ExpectedWorldMade(const std::string& way, bool has_call) {
+  return has_call && !ReshapeOff() ? way : "made anew";
+}
+
+std::string WorldMade() { return KeptWorld::LastMade(); }
+
+bool ShrinkScenarioToSurvivors(std::string* why) {
+#if defined(MPIX_ERR_PROC_FAILED)
+  MPI_Comm world = Scenario().mpi.world(), alive = MPI_COMM_NULL;
+  MPIX_Comm_revoke(world);
+  if (MPIX_Comm_shrink(world, &alive) != MPI_SUCCESS) {
+    *why = "MPIX_Comm_shrink failed";
+    return false;
+  }
+  Scenario().mpi.AbandonWorld();
+  WorldChoice choice;
+  choice.kind = WorldChoice::Kind::kCommunicator;
+  choice.fortran_handle = MPI_Comm_c2f(alive);
+  const Status again = Scenario().mpi.Initialize(choice, &Scenario().layout);
+  if (!again.ok()) *why = again.ToString();
+  return again.ok();
+#else
+  *why = "this MPI has no ULFM (MPIX_Comm_shrink)";
+  return false;
+#endif
+}
 
 void DieInSetup(const char* who, const Status& s) {
   std::fprintf(stderr, "setting up %s failed: %s\n", who, s.ToString().c_str());
@@ -51,15 +88,16 @@ void DieInSetup(const char* who, const Status& s) {
 }
 
 std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const ProcessLayout& layout,
-                                                Options options) {
+                                                Options options, bool keep_world) {
   options.stall_check_time_seconds = 0;
+  options.nccl_reshape_off = ReshapeOff();
   std::unique_ptr<MpiFailureNotice> notice;
   const Status s = MpiFailureNotice::Create(mpi.world(), &notice);
   if (!s.ok()) DieInSetup("the failure notice", s);
   auto executor = std::make_unique<NcclExecutor>(
       options, layout, MpiBackendOver(mpi, &MpiContext::DupWorld),
       MpiBackendOver(mpi, &MpiContext::SplitLocal), MpiBackendOver(mpi, &MpiContext::SplitCross),
-      std::move(notice));
+      std::move(notice), keep_world);
   auto c = std::make_unique<Coordinator>(options, ControlPlane(mpi, options),
                                          MpiBackendOver(mpi, &MpiContext::DupWorld),
                                          std::move(executor));

@@ -19,8 +19,21 @@ namespace testing {
 [[noreturn]] void DieInSetup(const char* who, const Status& s);
 
 // NCCL executor (world, local and cross communicators, a failure notice), MPI control plane.
+// `keep_world`: as the global runtime's, its world communicator is left to the next
+// coordinator's (backends/nccl/nccl_kept_world.h), unless TFRING_NCCL_RESHAPE=off.
 std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const ProcessLayout& layout,
-                                                Options options);
+                                                Options options, bool keep_world = false);
+
+// How the elastic scenarios' new NCCL world should have been made from the kept one, `way`
+// ("shrunk", "grown"), where this NCCL has the call (`has_call`) and TFRING_NCCL_RESHAPE
+// is not off; else "made anew".
+std::string ExpectedWorldMade(const std::string& way, bool has_call);
+// How the latest NCCL world communicator was made (KeptWorld's note).
+std::string WorldMade();
+
+// What tfring.elastic does after a lost rank, with ULFM: revoke MPI's world, shrink it to the
+// ranks alive, and take that as the scenario's world. False (and why) where it failed.
+bool ShrinkScenarioToSurvivors(std::string* why);
 
 // GPU tensors staged through host memory (CudaMemory: its own stream, waiting on the
 // producers' events) and reduced over MPI.

@@ -1,7 +1,9 @@
 // Workers joining, with GPU tensors: what tfring.elastic does when host discovery adds a
 // worker (tfring/_elastic/members.py): the running ranks stop their runtime, start the new
 // worker with MPI_Comm_spawn (this binary again), merge with it, and start a runtime on the
-// merged world, whose first GPU collective makes NCCL anew with the new rank in it.
+// merged world, whose first GPU collective grows the old runtime's NCCL world communicator by
+// the new rank where this NCCL has ncclCommGrow, else makes one anew with the new rank in it
+// (as with TFRING_NCCL_RESHAPE=off).
 //
 //   tools/gpu_ranks.sh 2 build/tests/scenario_nccl_grow
 //
@@ -22,6 +24,7 @@
 #include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 
 extern char** environ;
 
@@ -88,7 +91,7 @@ TFRING_TEST(NcclGrow, AJoinedWorkerIsInTheNcclWorldMadeAgain) {
   if (!joined) {
     ASSERT_TRUE(old_size >= 2) << "run it with 2 ranks or more";
     std::unique_ptr<Coordinator> c =
-        NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
+        NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
     const Status before = DeviceSumOfRanks(c.get(), "before", &right);
     ASSERT_TRUE(before.ok()) << before.ToString();
     EXPECT_TRUE(right);
@@ -109,14 +112,17 @@ TFRING_TEST(NcclGrow, AJoinedWorkerIsInTheNcclWorldMadeAgain) {
   } else {
     EXPECT_EQ(Scenario().layout.size, old_size + 1);
   }
-  std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
+  std::unique_ptr<Coordinator> c =
+      NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
   const Status after = DeviceSumOfRanks(c.get(), "after", &right);
-  std::printf("rank %d%s: NCCL world of %d made and used %.3f s after the %s: %s, sums %s\n",
+  std::printf("rank %d%s: NCCL world of %d %s and used %.3f s after the %s: %s, sums %s\n",
               Scenario().layout.rank, joined ? " (joined)" : "", Scenario().layout.size,
-              SecondsSince(restart), joined ? "join began" : "old runtime stopped",
-              after.ToString().c_str(), right ? "right" : "WRONG");
+              WorldMade().c_str(), SecondsSince(restart),
+              joined ? "join began" : "old runtime stopped", after.ToString().c_str(),
+              right ? "right" : "WRONG");
   EXPECT_TRUE(after.ok()) << after.ToString();
   EXPECT_TRUE(right);
+  EXPECT_EQ(WorldMade(), ExpectedWorldMade("grown", ReshapeCalls().grow != nullptr));
   c->Shutdown();
 }
 

@@ -7,7 +7,9 @@
 //   MPIRUN="mpirun --with-ft ulfm" tools/gpu_ranks.sh 3 build/tests/scenario_nccl_peer_killed
 //
 // Without ULFM, mpirun ends the whole job when a rank is killed (and says which); under it,
-// the survivors live on and report. tools/gpu_checks.sh runs both; the suite does not (its
+// the survivors live on and report, then start again on the ranks left as tfring.elastic
+// does: where NCCL has ncclCommRevoke and ncclCommShrink, the failed op's world communicator
+// was revoked (not aborted) and is shrunk to them; else one is made anew. tools/gpu_checks.sh runs both; the suite does not (its
 // last rank dies).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -23,6 +25,7 @@
 #include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 
 namespace tfring {
 namespace testing {
@@ -60,7 +63,8 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   ASSERT_TRUE(Scenario().layout.size >= 2) << "run it with 2 ranks or more";
   Options options;
   options.peer_timeout_seconds = 30;  // longer than the checks below: the notice must act
-  std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
+  std::unique_ptr<Coordinator> c =
+      NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
   // 1 GiB: through sockets it takes over half a second, so the kill lands mid-op.
   const int64_t count = int64_t{256} << 20;
   void* in = DeviceBuffer(count * 4);
@@ -107,8 +111,30 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   EXPECT_LT(SecondsSince(host_start), 10.0);
   EXPECT_CONTAINS(host_status.message(), "rank " + std::to_string(victim));
   c->Shutdown();
+  c.reset();
   cudaFree(in);
   cudaFree(out);
+  // Under ULFM: start again on the ranks left, as tfring.elastic does.
+  std::string no_restart;
+  const auto restart = std::chrono::steady_clock::now();
+  if (!ShrinkScenarioToSurvivors(&no_restart)) {
+    std::printf("rank %d: no restart on the ranks left (%s)\n", Scenario().layout.rank,
+                no_restart.c_str());
+    return;
+  }
+  c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
+  bool right = false;
+  const Status after = DeviceSumOfRanks(c.get(), "after restart", &right);
+  // Shrunk where the failed op's communicator could be revoked; NCCL may report its own
+  // error instead of stopping cleanly, and then it was aborted and is made anew.
+  std::printf("rank %d: NCCL world of %d %s and used %.3f s after the restart began: %s, "
+              "sums %s (ncclCommRevoke %s, ncclCommShrink %s)\n",
+              Scenario().layout.rank, Scenario().layout.size, WorldMade().c_str(),
+              SecondsSince(restart), after.ToString().c_str(), right ? "right" : "WRONG",
+              ReshapeCalls().revoke ? "yes" : "no", ReshapeCalls().shrink ? "yes" : "no");
+  EXPECT_TRUE(after.ok()) << after.ToString();
+  EXPECT_TRUE(right);
+  c->Shutdown();
 }
 
 }  // namespace

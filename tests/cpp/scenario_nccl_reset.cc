@@ -1,11 +1,12 @@
 // A worker lost, then tfring started again on the ranks left, with GPU tensors: what
 // tfring.elastic does after a reset (MPI's revoke and shrink, a new runtime on the shrunk
-// world). The NCCL communicators of the old runtime are torn down with a dead peer (no hang),
-// and the new runtime makes its own over the new world on its first GPU collective.
+// world). The old runtime's NCCL world communicator, whose member is dead, is kept; the new
+// runtime shrinks it to the ranks left where this NCCL has ncclCommShrink, else aborts it
+// and makes its own (as with TFRING_NCCL_RESHAPE=off) on its first GPU collective.
 //
 //   MPIRUN="mpirun --with-ft ulfm" tools/gpu_ranks.sh 3 build/tests/scenario_nccl_reset
 //
-// Its last rank dies, so the suite does not run it; tools/gpu_checks.sh does.
+// Its last rank dies, so the suite does not run it; tools/gpu_checks.sh does, both ways.
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
@@ -21,6 +22,7 @@
 #include "tests/cpp/nccl_job.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 
 namespace tfring {
 namespace testing {
@@ -45,7 +47,8 @@ TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
   const int me = Scenario().layout.rank, victim = Scenario().layout.size - 1;
   Options options;
   options.peer_timeout_seconds = 30;
-  std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
+  std::unique_ptr<Coordinator> c =
+      NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
   bool right = false;
   ASSERT_TRUE(DeviceSumOfRanks(c.get(), "before", &right).ok());
   EXPECT_TRUE(right);
@@ -55,7 +58,7 @@ TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
   const Status lost = WaitFor(host, 20.0);
   EXPECT_FALSE(lost.ok());
   EXPECT_CONTAINS(lost.message(), "rank " + std::to_string(victim));
-  // The old runtime goes, NCCL communicators and all, though a member of them is dead.
+  // The old runtime goes, though a member of its NCCL world is dead.
   const auto stop = std::chrono::steady_clock::now();
   c->Shutdown();
   c.reset();
@@ -63,24 +66,19 @@ TFRING_TEST(NcclReset, SurvivorsMakeNcclAgainOnTheShrunkWorld) {
   EXPECT_LT(stop_seconds, 10.0);
   // What tfring.elastic does next: revoke the world, shrink it, start again on it.
   const auto restart = std::chrono::steady_clock::now();
-  MPI_Comm world = Scenario().mpi.world(), alive = MPI_COMM_NULL;
-  MPIX_Comm_revoke(world);
-  ASSERT_TRUE(MPIX_Comm_shrink(world, &alive) == MPI_SUCCESS);
-  Scenario().mpi.AbandonWorld();
-  WorldChoice choice;
-  choice.kind = WorldChoice::Kind::kCommunicator;
-  choice.fortran_handle = MPI_Comm_c2f(alive);
-  const Status again = Scenario().mpi.Initialize(choice, &Scenario().layout);
-  ASSERT_TRUE(again.ok()) << again.ToString();
+  std::string why;
+  ASSERT_TRUE(ShrinkScenarioToSurvivors(&why)) << why;
   EXPECT_EQ(Scenario().layout.size, victim);
   EXPECT_EQ(Scenario().layout.rank, me);
-  c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
+  c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
   const Status after = DeviceSumOfRanks(c.get(), "after", &right);
-  std::printf("rank %d: old runtime stopped in %.3f s; new NCCL world of %d made and used in "
-              "%.3f s: %s, sums %s\n", me, stop_seconds, Scenario().layout.size, SecondsSince(restart),
-              after.ToString().c_str(), right ? "right" : "WRONG");
+  std::printf("rank %d: old runtime stopped in %.3f s; NCCL world of %d %s and used in "
+              "%.3f s: %s, sums %s\n", me, stop_seconds, Scenario().layout.size,
+              WorldMade().c_str(), SecondsSince(restart), after.ToString().c_str(),
+              right ? "right" : "WRONG");
   EXPECT_TRUE(after.ok()) << after.ToString();
   EXPECT_TRUE(right);
+  EXPECT_EQ(WorldMade(), ExpectedWorldMade("shrunk", ReshapeCalls().shrink != nullptr));
   c->Shutdown();
 #endif
 }

@@ -25,6 +25,7 @@
 #include "tests/cpp/nccl_test_ops.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 
 namespace tfring {
@@ -82,6 +83,11 @@ class GlobalNcclEnvironment : public Environment {
   }
 };
 TFRING_TEST_ENVIRONMENT(GlobalNcclEnvironment);
+
+bool ReshapeOff() {
+  const char* v = std::getenv("TFRING_NCCL_RESHAPE");
+  return v != nullptr && std::string(v) == "off";
+}
 
 const EnqueueFn kEnqueue = [](Entry e) { Runtime().Enqueue(std::move(e)); };
 
@@ -172,10 +178,15 @@ void CUDART_CB SleepThreeSeconds(void*) { std::this_thread::sleep_for(std::chron
 // Every rank's producer is busy for 3 s before it writes the input, with a peer timeout of
 // 2 s: the collective waits for its own rank's GPU without counting it, and succeeds.
 TFRING_TEST(NcclGlobal, ProducerBusierThanThePeerTimeoutIsNotAFailure) {
+  OpPtr before = SubmitOnGpu(kEnqueue, g_at, "lag.before", DataType::kFloat32, {4},
+                             TestValues(DataType::kFloat32, g_at.rank, 4), GpuRequest{});
+  ExpectAllreduced(before, ReduceOp::kSum, g_at.size, 0);  // the NCCL world exists
   RestartRuntime(2);
   OpPtr warm = SubmitOnGpu(kEnqueue, g_at, "lag.warmup", DataType::kFloat32, {4},
                            TestValues(DataType::kFloat32, g_at.rank, 4), GpuRequest{});
   ExpectAllreduced(warm, ReduceOp::kSum, g_at.size, 0);
+  // The same members after a restart: the last runtime's NCCL world is kept as it is.
+  EXPECT_EQ(KeptWorld::LastMade(), ReshapeOff() ? "made anew" : "kept");
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(cudaLaunchHostFunc(g_at.producer, SleepThreeSeconds, nullptr) == cudaSuccess);
   OpPtr late = SubmitOnGpu(kEnqueue, g_at, "lag.after", DataType::kFloat32, {1024},
@@ -221,6 +232,8 @@ TFRING_TEST(NcclGlobal, AnErrorOnOneRankAfterAgreeingFailsEveryRankAtOnce) {
   OpPtr again = SubmitOnGpu(kEnqueue, g_at, "alloc.again", DataType::kFloat32, {4},
                             TestValues(DataType::kFloat32, me, 4, 4), GpuRequest{});
   ExpectAllreduced(again, ReduceOp::kSum, size, 4);
+  // The failed world was revoked (or aborted): never kept as it is, whatever the members.
+  EXPECT_EQ(KeptWorld::LastMade(), "made anew");
 }
 
 }  // namespace

@@ -142,6 +142,7 @@ Status Options::FromEnvironment(Options* o) {
   TFRING_RETURN_IF_ERROR(ReadSwitch("TFRING_SCHED_BATCH", &o->background_sched_batch));
   TFRING_RETURN_IF_ERROR(
       ReadChoice("TFRING_GPU_OPERATIONS", "nccl", "mpi", &o->gpu_operations_through_mpi));
+  TFRING_RETURN_IF_ERROR(ReadChoice("TFRING_NCCL_RESHAPE", "auto", "off", &o->nccl_reshape_off));
   return Status::OK();
 }
 

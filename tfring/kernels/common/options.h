@@ -77,6 +77,9 @@ struct Options {
   bool timeline_mark_cycles = false;
   bool gpu_operations_through_mpi = false;
   bool hierarchical_allreduce = false;
+  // TFRING_NCCL_RESHAPE=off: after an elastic reset, NCCL's world communicator is made anew
+  // rather than kept, shrunk or grown from the last runtime's (backends/nccl/nccl_kept_world.h).
+  bool nccl_reshape_off = false;
   bool background_sched_batch = true;
   // The flight recorder (core/flight_recorder.h): how many recent collectives each rank
   // keeps (0: none), and the folder each rank's file goes to when it is dumped (filled in

@@ -20,6 +20,7 @@
 #if TFRING_WITH_NCCL
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 #include "tfring/kernels/core/staging_executor.h"
 #endif
 
@@ -37,31 +38,35 @@ Status NewMpiBackend(MPI_Comm comm, std::unique_ptr<MpiBackend>* out) {
 // The executor for GPU tensors of the ranks of `parent` (the world, or a process set): NCCL,
 // or MPI through host memory when asked for; none in builds without NCCL (then no GPU
 // kernels are registered, and TensorFlow runs tfring's ops on the CPU, copying GPU tensors
-// to the host and back itself).
-Status NewDeviceExecutor(const Options& options, MPI_Comm parent,
+// to the host and back itself). `world`: the runtime's own (not a process set's), whose NCCL
+// communicator an elastic reset's next runtime may keep, shrink or grow.
+Status NewDeviceExecutor(const Options& options, MPI_Comm parent, bool world,
                          std::unique_ptr<GroupExecutor>* out) {
 #if TFRING_WITH_NCCL
   MPI_Comm dup, local_comm, cross_comm;
   ProcessLayout layout;
   TFRING_RETURN_IF_ERROR(MpiContext::SplitWithin(parent, &dup, &local_comm, &cross_comm, &layout));
-  std::unique_ptr<MpiBackend> world, local, cross;
-  TFRING_RETURN_IF_ERROR(NewMpiBackend(dup, &world));
+  std::unique_ptr<MpiBackend> world_backend, local, cross;
+  TFRING_RETURN_IF_ERROR(NewMpiBackend(dup, &world_backend));
   TFRING_RETURN_IF_ERROR(NewMpiBackend(local_comm, &local));
   TFRING_RETURN_IF_ERROR(NewMpiBackend(cross_comm, &cross));
   if (options.gpu_operations_through_mpi) {
     *out = std::make_unique<StagingExecutor>(
         std::make_unique<CudaMemory>(),
-        std::make_unique<HostExecutor>(std::move(world), layout.rank, layout.size), layout.rank,
+        std::make_unique<HostExecutor>(std::move(world_backend), layout.rank, layout.size),
+        layout.rank,
         layout.size);
     return Status::OK();
   }
   std::unique_ptr<MpiFailureNotice> notice;
   TFRING_RETURN_IF_ERROR(MpiFailureNotice::Create(parent, &notice));
-  *out = std::make_unique<NcclExecutor>(options, layout, std::move(world), std::move(local),
-                                        std::move(cross), std::move(notice));
+  *out = std::make_unique<NcclExecutor>(options, layout, std::move(world_backend),
+                                        std::move(local), std::move(cross), std::move(notice),
+                                        world);
 #else
   (void)options;
   (void)parent;
+  (void)world;
   out->reset();
 #endif
   return Status::OK();
@@ -95,7 +100,7 @@ ProcessSetFactory NewProcessSetFactory(const Options& options, MPI_Comm world) {
     TFRING_RETURN_IF_ERROR(MpiContext::CreateGroup(*parent, members, &set_comm));
     std::unique_ptr<GroupExecutor> device;
     std::unique_ptr<MpiBackend> host;
-    Status s = NewDeviceExecutor(options, set_comm, &device);
+    Status s = NewDeviceExecutor(options, set_comm, /*world=*/false, &device);
     if (s.ok()) {
       MPI_Comm host_comm;
       s = MPI_Comm_dup(set_comm, &host_comm) == MPI_SUCCESS
@@ -185,7 +190,7 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   TFRING_RETURN_IF_ERROR(NewHostBackend(options, *mpi_, &backend));
   auto control = std::make_unique<MpiControlPlane>(control_comm, options.peer_timeout_seconds);
   std::unique_ptr<GroupExecutor> device;
-  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, mpi_->world(), &device));
+  TFRING_RETURN_IF_ERROR(NewDeviceExecutor(options, mpi_->world(), /*world=*/true, &device));
   shut_down_after_failure_ = false;
   coordinator_ = std::make_shared<Coordinator>(options, std::move(control), std::move(backend),
                                                std::move(device),
@@ -260,6 +265,9 @@ void GlobalRuntime::Shutdown() {
 void GlobalRuntime::AtExit() {
   Shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
+#if TFRING_WITH_NCCL
+  KeptWorld::FreeAtExit(peers_lost_);  // the last runtime's NCCL world, kept for a next one
+#endif
   if (!peers_lost_) mpi_->Finalize();
 }
 

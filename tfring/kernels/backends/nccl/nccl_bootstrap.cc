@@ -23,9 +23,11 @@
 namespace tfring {
 namespace {
 
-// What each rank tells the others about its GPU: fixed-size, so one allgather carries it.
+// What each rank tells the others about its GPU and the world communicator its last runtime
+// kept: fixed-size, so one allgather carries it.
 struct GpuClaim {
   int32_t failed = 0;
+  KeptClaim kept;
   // NCCL tells hosts apart by NCCL_HOSTID where set (the native tests give ranks that share
   // one GPU a host each), else by the host's name: so does this check.
   char host[128] = {};
@@ -87,12 +89,34 @@ Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
   device_ = device;
   ready_ = true;  // the destructor frees what exists from here on
   if (local.ok()) local = SetUpDevice(device);
+  // The world communicator the last runtime left (an elastic reset), usable on this GPU.
+  KeptComm kept;
+  bool have_kept = keep_world_ && !options_.nccl_reshape_off && KeptWorld::Take(&kept);
+  if (have_kept && kept.device != device) {
+    ncclCommAbort(kept.comm);
+    have_kept = false;
+  }
+  KeptClaim mine;
+  if (have_kept) {
+    mine.kept = true;
+    mine.lineage = kept.lineage;
+    mine.rank = kept.rank;
+    mine.size = kept.size;
+    mine.revoked = kept.revoked;
+  }
+  mine.can_shrink = ReshapeCalls().shrink != nullptr;
+  mine.can_grow = ReshapeCalls().grow != nullptr;
   // Every rank takes part in the agreement, whatever happened here.
-  TFRING_RETURN_IF_ERROR(AgreeOnGpus(local));
-  TFRING_RETURN_IF_ERROR(InitComm(world_host_.get(), layout_.rank, layout_.size, "world", &world_));
+  std::vector<KeptClaim> claims;
+  const Status agreed = AgreeOnGpus(local, mine, &claims);
+  if (!agreed.ok()) {
+    if (have_kept) ncclCommAbort(kept.comm);
+    return agreed;
+  }
+  TFRING_RETURN_IF_ERROR(MakeWorld(have_kept ? &kept : nullptr, claims));
   if (options_.hierarchical_allreduce) {
-    TFRING_RETURN_IF_ERROR(
-        InitComm(local_host_.get(), layout_.local_rank, layout_.local_size, "local", &local_));
+    TFRING_RETURN_IF_ERROR(InitComm(local_host_.get(), layout_.local_rank, layout_.local_size,
+                                    "local", &local_, nullptr));
   }
   return Status::OK();
 }
@@ -107,8 +131,10 @@ Status NcclExecutor::SetUpDevice(int device) {
   return Status::OK();
 }
 
-Status NcclExecutor::AgreeOnGpus(const Status& local) {
+Status NcclExecutor::AgreeOnGpus(const Status& local, const KeptClaim& kept,
+                                 std::vector<KeptClaim>* claims) {
   GpuClaim mine;
+  mine.kept = kept;
   mine.device = device_;
   CopyText(HostKey(), mine.host, sizeof(mine.host));
   Status here = local;
@@ -146,36 +172,48 @@ Status NcclExecutor::AgreeOnGpus(const Status& local) {
       }
     }
   }
+  claims->clear();
+  for (const GpuClaim& c : all) claims->push_back(c.kept);
   return Status::OK();
 }
 
-Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
-                              Comm* comm) {
+Status NcclExecutor::ShareId(Backend* bootstrap, int rank, const std::string& what,
+                             const std::function<ncclResult_t(ncclUniqueId*)>& make,
+                             ncclUniqueId* id) {
   SharedId shared;
   std::memset(&shared.id, 0, sizeof(shared.id));
   if (rank == 0) {
-    const ncclResult_t rc = ncclGetUniqueId(&shared.id);
+    const ncclResult_t rc = make(&shared.id);
     if (rc != ncclSuccess) {
       shared.failed = 1;
-      CopyText(NcclStatus(rc, nullptr, "ncclGetUniqueId", __FILE__, __LINE__).message(),
+      CopyText(NcclStatus(rc, nullptr, "making NCCL's unique id", __FILE__, __LINE__).message(),
                shared.reason, sizeof(shared.reason));
     }
   }
   // Rank 0 broadcasts whether or not it has an id: its peers are already waiting for it.
   const Status sent = bootstrap->Broadcast(&shared, sizeof(shared), 0);
   if (!sent.ok()) {
-    return Fail(Status(sent.code(), std::string("sharing the NCCL unique id of the ") + what +
+    return Fail(Status(sent.code(), "sharing the NCCL unique id of the " + what +
                                         " communicator through MPI: " + sent.message()));
   }
   if (shared.failed) {
-    return Fail(Status::Internal(std::string("the ") + what + " communicator's first rank "
-                                 "could not make NCCL's unique id: " + shared.reason));
+    return Fail(Status::Internal("the " + what + " communicator's first rank could not make "
+                                 "NCCL's unique id: " + shared.reason));
   }
+  *id = shared.id;
+  return Status::OK();
+}
+
+Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
+                              Comm* comm, uint64_t* lineage) {
+  ncclUniqueId id;
+  TFRING_RETURN_IF_ERROR(ShareId(bootstrap, rank, what, &ncclGetUniqueId, &id));
+  if (lineage != nullptr) *lineage = LineageOf(&id, sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   comm->rank = rank;
   comm->size = size;
-  const ncclResult_t rc = ncclCommInitRankConfig(&comm->comm, size, shared.id, rank, &config);
+  const ncclResult_t rc = ncclCommInitRankConfig(&comm->comm, size, id, rank, &config);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     comm->comm = nullptr;
     return Fail(NcclStatus(rc, nullptr, "ncclCommInitRankConfig", __FILE__, __LINE__));

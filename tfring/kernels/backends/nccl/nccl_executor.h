@@ -30,6 +30,13 @@
 // travels through MPI with rank 0's status, so a failure there fails every rank too.
 // Non-blocking NCCL communicators, so that initialization too can time out.
 //
+// Elastic resets: the global runtime's executor (keep_world) leaves its world communicator
+// to the next runtime (nccl_kept_world.h). The next one's set-up exchanges, with the GPU
+// claims, what each rank kept, and keeps it as it is, shrinks it (ranks lost or left) or grows
+// it (ranks joined) where this NCCL has the calls, else makes one anew. After a failure, where
+// NCCL has ncclCommRevoke, the world communicator is revoked (its work stopped, kept for a
+// shrink) instead of aborted.
+//
 // Allreduce: Average and the scale factors of floating-point tensors are folded into the
 // reduction (NCCL's PreMulSum op, one factor pre*post/size), so the common case is one NCCL
 // call and no extra pass over the data. The rare rest (prescale with Min/Max/Product, an
@@ -48,9 +55,11 @@
 #include <vector>
 
 #include "tfring/kernels/backends/cuda/batched_copy.h"
+#include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 #include "tfring/kernels/common/options.h"
 #include "tfring/kernels/core/backend.h"
 #include "tfring/kernels/core/buffer_layout.h"
+#include "tfring/kernels/core/communicator_reshape.h"
 #include "tfring/kernels/core/failure_notice.h"
 #include "tfring/kernels/core/group_executor.h"
 #include "tfring/kernels/core/process_layout.h"
@@ -62,11 +71,13 @@ class NcclExecutor : public GroupExecutor {
   // `world`, `local` (this host's ranks) and `cross` (the ranks sharing this local rank):
   // host backends, used to share NCCL's unique ids and, for hierarchical allreduce, for
   // the step across hosts. `notice` spans the ranks of `world` (null: a failure is not
-  // announced, and peers find out from NCCL or their timeout). Nothing touches CUDA until
+  // announced, and peers find out from NCCL or their timeout). `keep_world`: this is the
+  // runtime's world executor (not a process set's), whose world communicator the next runtime
+  // may keep, shrink or grow (unless options.nccl_reshape_off). Nothing touches CUDA until
   // the first GPU tensor arrives.
   NcclExecutor(const Options& options, const ProcessLayout& layout, std::unique_ptr<Backend> world,
                std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross,
-               std::unique_ptr<FailureNotice> notice);
+               std::unique_ptr<FailureNotice> notice, bool keep_world = false);
   ~NcclExecutor() override;
 
   const char* name() const override { return "NCCL"; }
@@ -113,10 +124,22 @@ class NcclExecutor : public GroupExecutor {
   Status EnsureReady(const std::vector<Entry*>& group);
   // Streams and events on `device` (this rank's part of the set-up; no peer involved).
   Status SetUpDevice(int device);
-  // Every rank's word on its set-up (`local`) and its GPU, over the world's host backend:
-  // fails on every rank alike if any rank's set-up failed or two ranks share a GPU.
-  Status AgreeOnGpus(const Status& local);
-  Status InitComm(Backend* bootstrap, int rank, int size, const char* what, Comm* comm);
+  // Every rank's word on its set-up (`local`), its GPU and what it kept (`kept`), over the
+  // world's host backend: fails on every rank alike if any rank's set-up failed or two ranks
+  // share a GPU; else *claims holds every rank's KeptClaim.
+  Status AgreeOnGpus(const Status& local, const KeptClaim& kept, std::vector<KeptClaim>* claims);
+  // The world communicator, from the kept one (null: this rank kept none) as the plan says.
+  Status MakeWorld(KeptComm* kept, const std::vector<KeptClaim>& claims);
+  Status ShrinkWorld(KeptComm* kept, const std::vector<int32_t>& excluded);
+  Status GrowWorld(KeptComm* kept);
+  // Rank 0 of `bootstrap` makes an id with `make`; every rank gets it, or rank 0's error.
+  Status ShareId(Backend* bootstrap, int rank, const std::string& what,
+                 const std::function<ncclResult_t(ncclUniqueId*)>& make, ncclUniqueId* id);
+  Status InitComm(Backend* bootstrap, int rank, int size, const char* what, Comm* comm,
+                  uint64_t* lineage);
+  // After a failure: revokes the world communicator, waits until its work has stopped, and
+  // leaves it kept for a shrink. False where that cannot be done (then it is to be aborted).
+  bool RevokeAndKeepWorld();
   // Waits while a non-blocking communicator finishes the call that returned `rc`.
   Status Launched(ncclResult_t rc, const char* call, const std::vector<const Comm*>& comms);
   Status WaitInputs(const std::vector<Entry*>& group);
@@ -157,6 +180,9 @@ class NcclExecutor : public GroupExecutor {
   const ProcessLayout layout_;
   std::unique_ptr<Backend> world_host_, local_host_, cross_host_;
   std::unique_ptr<FailureNotice> notice_;
+  const bool keep_world_;  // leases its world communicator to the next runtime
+  uint64_t world_lineage_ = 0;
+  bool world_leased_ = false;  // KeptWorld holds world_ for the next runtime
   bool ready_ = false;
   Status broken_;  // set once a communicator is aborted: every later call fails with it
   int device_ = -1;

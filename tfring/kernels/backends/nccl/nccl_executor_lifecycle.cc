@@ -36,17 +36,22 @@ constexpr auto kListenBeforeAnnouncing = std::chrono::milliseconds(200);
 
 NcclExecutor::NcclExecutor(const Options& options, const ProcessLayout& layout,
                            std::unique_ptr<Backend> world, std::unique_ptr<Backend> local,
-                           std::unique_ptr<Backend> cross, std::unique_ptr<FailureNotice> notice)
+                           std::unique_ptr<Backend> cross, std::unique_ptr<FailureNotice> notice,
+                           bool keep_world)
     : options_(options),
       layout_(layout),
       world_host_(std::move(world)),
       local_host_(std::move(local)),
       cross_host_(std::move(cross)),
-      notice_(std::move(notice)) {}
+      notice_(std::move(notice)),
+      keep_world_(keep_world) {}
 
 NcclExecutor::~NcclExecutor() {
   if (!ready_) return;
   cudaSetDevice(device_);
+  // The world communicator stays for the next runtime (nccl_kept_world.h), or a newer one
+  // already took it: not this executor's to free.
+  const bool world_kept = world_leased_ && KeptWorld::Leave(this);
   if (broken_.ok()) {
     // Every call completed before it returned, so nothing is in flight. But a peer that has
     // died since (the job lost it in a host collective, and tfring is being started again
@@ -55,7 +60,8 @@ NcclExecutor::~NcclExecutor() {
     Status peer;
     const bool peer_gone = HeardFromPeer(std::chrono::milliseconds(0), &peer);
     for (Comm* c : {&world_, &local_}) {
-      if (c->comm) peer_gone ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm);
+      if (c->comm == nullptr || (c == &world_ && world_kept)) continue;
+      peer_gone ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm);
     }
   }
   for (char* b : buffers_) {
@@ -95,9 +101,16 @@ Status NcclExecutor::Fail(const Status& status) {
     // the whole device, and a kernel waiting for a peer's part ends only when its own
     // communicator is aborted (a hierarchical allreduce on `local_` failed on a peer would
     // otherwise hang in the abort of the idle `world_`).
+    // Where NCCL can revoke, the world communicator is revoked instead (its work stopped as
+    // an abort stops it) and kept for the next runtime to shrink (nccl_reshape.cc).
     Comm* order[2] = {&world_, &local_};
     if (in_flight_ == &local_) std::swap(order[0], order[1]);
     for (Comm* c : order) {
+      if (c == &world_ && RevokeAndKeepWorld()) continue;
+      if (c == &world_ && world_leased_) {
+        KeptWorld::Drop(this);
+        world_leased_ = false;
+      }
       if (c->comm) ncclCommAbort(c->comm);
       c->comm = nullptr;
     }
