@@ -47,8 +47,9 @@ void StartRuntime(int peer_timeout) {
   }
 }
 
+// As tfring.elastic does: the NCCL world is left for the new runtime (kept as it is here).
 void RestartRuntime(int peer_timeout) {
-  Runtime().Shutdown();
+  Runtime().Shutdown(/*for_reset=*/true);
   StartRuntime(peer_timeout);
 }
 

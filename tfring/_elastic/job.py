@@ -125,7 +125,7 @@ def _reset_after_loss(limits):
     global _failed_start
     comm, _failed_start = (_failed_start or _job_comm()), None
     old_labels = MEMBERS.labels if MEMBERS.labels_comm is comm else None
-    runtime.shutdown()
+    runtime.shutdown_for_reset()
     try:
         comm.Revoke()
         alive = comm.Shrink()
@@ -161,7 +161,7 @@ def _change_hosts():
     and join; tfring starts again on the job so made (the ranks kept keep their order; the
     new ones follow)."""
     me = runtime.rank()
-    runtime.shutdown()
+    runtime.shutdown_for_reset()
     comm = agree(MEMBERS.leave) if MEMBERS.pending["leave"] else _job_comm()
     if comm is None:
         print(f"tfring.elastic: the host discovery no longer offers the slot of rank {me} on "

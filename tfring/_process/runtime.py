@@ -121,6 +121,13 @@ def shutdown():
     _library.capi().tfring_shutdown()
 
 
+def shutdown_for_reset():
+    """shutdown() before an elastic reset (tfring._elastic): the NCCL world communicator is
+    left for the next runtime to keep, shrink or grow (docs/elastic.md, 'GPU tensors')
+    instead of freed."""
+    _library.capi().tfring_shutdown_for_reset()
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline of every collective to `file_path` (rank 0).
 

@@ -51,7 +51,7 @@ ReshapePlan PlanReshape(const std::vector<KeptClaim>& claims) {
   if (n == 0 || !claims[0].kept) return MakeNew("rank 0 kept no communicator");
   const KeptClaim& first = claims[0];
   // The members of rank 0's kept communicator, in this world's order.
-  int32_t members = 0;
+  int32_t members = 0, last_old_rank = -1;
   bool members_first = true;  // every member comes before every newcomer
   for (int32_t r = 0; r < n; ++r) {
     const KeptClaim& c = claims[r];
@@ -61,9 +61,8 @@ ReshapePlan PlanReshape(const std::vector<KeptClaim>& claims) {
       if (members != r) members_first = false;
       // Ranks keep their old order (MPI's shrink does, and a merge puts the old ranks first):
       // NCCL's shrink and grow number them that way.
-      if (members > 0 && c.rank <= claims[r - 1].rank) {
-        return MakeNew("the old ranks are in another order");
-      }
+      if (c.rank <= last_old_rank) return MakeNew("the old ranks are in another order");
+      last_old_rank = c.rank;
       if (c.revoked != first.revoked) return MakeNew("the kept communicators differ in state");
       ++members;
     }

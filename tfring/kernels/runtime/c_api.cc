@@ -41,6 +41,7 @@ int tfring_init(int world_kind, const int32_t* ranks, int num_ranks, int64_t for
 }
 
 void tfring_shutdown() { GlobalRuntime::Get().Shutdown(); }
+void tfring_shutdown_for_reset() { GlobalRuntime::Get().Shutdown(/*for_reset=*/true); }
 void tfring_atexit() { GlobalRuntime::Get().AtExit(); }
 void tfring_atexit_within(double seconds, int finalize_anyway, int exit_status,
                           const char* message) {

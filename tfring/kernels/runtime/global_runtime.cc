@@ -234,7 +234,19 @@ Status GlobalRuntime::Init(const WorldChoice& world) {
   return Status::OK();
 }
 
-void GlobalRuntime::Shutdown() {
+void GlobalRuntime::Shutdown(bool for_reset) {
+  StopCoordinator();
+#if TFRING_WITH_NCCL
+  if (!for_reset) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KeptWorld::Free(peers_lost_);  // the NCCL world kept for a next runtime, if any
+  }
+#else
+  (void)for_reset;
+#endif
+}
+
+void GlobalRuntime::StopCoordinator() {
   std::shared_ptr<Coordinator> coordinator;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -265,9 +277,6 @@ void GlobalRuntime::Shutdown() {
 void GlobalRuntime::AtExit() {
   Shutdown();
   std::lock_guard<std::mutex> lock(mutex_);
-#if TFRING_WITH_NCCL
-  KeptWorld::FreeAtExit(peers_lost_);  // the last runtime's NCCL world, kept for a next one
-#endif
   if (!peers_lost_) mpi_->Finalize();
 }
 

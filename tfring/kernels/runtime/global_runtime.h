@@ -24,7 +24,10 @@ class GlobalRuntime {
   // Idempotent while running; MPI is initialized on first use. `world` picks the processes
   // that make up the job (Horovod's init(comm=...)).
   Status Init(const WorldChoice& world = WorldChoice());
-  void Shutdown();    // stops the coordinator; init() may be called again later
+  // Stops the coordinator; init() may be called again later. `for_reset`: an elastic reset
+  // follows (tfring.elastic), whose next runtime may keep, shrink or grow this one's NCCL
+  // world communicator; otherwise that is freed too, as the user's shutdown() frees all.
+  void Shutdown(bool for_reset = false);
   void AtExit();      // Shutdown(), then finalize MPI if tfring initialized it
   // AtExit(), and MPI_Finalize whoever initialized MPI if `finalize_anyway`, under a
   // deadline: a call still waiting after `seconds` (Open MPI's finalize can wait for ever
@@ -79,6 +82,7 @@ class GlobalRuntime {
   void EnqueueAll(std::vector<Entry> entries, const OpCountdown* countdown = nullptr);
 
  private:
+  void StopCoordinator();  // Shutdown's part but the device world's release
   GlobalRuntime();
   ~GlobalRuntime();
 

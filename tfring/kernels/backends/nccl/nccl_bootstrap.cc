@@ -193,12 +193,12 @@ Status NcclExecutor::ShareId(Backend* bootstrap, int rank, const std::string& wh
   // Rank 0 broadcasts whether or not it has an id: its peers are already waiting for it.
   const Status sent = bootstrap->Broadcast(&shared, sizeof(shared), 0);
   if (!sent.ok()) {
-    return Fail(Status(sent.code(), "sharing the NCCL unique id of the " + what +
-                                        " communicator through MPI: " + sent.message()));
+    return Status(sent.code(), "sharing the NCCL unique id of the " + what +
+                                   " communicator through MPI: " + sent.message());
   }
   if (shared.failed) {
-    return Fail(Status::Internal("the " + what + " communicator's first rank could not make "
-                                 "NCCL's unique id: " + shared.reason));
+    return Status::Internal("the " + what + " communicator's first rank could not make "
+                            "NCCL's unique id: " + shared.reason);
   }
   *id = shared.id;
   return Status::OK();
@@ -207,7 +207,8 @@ Status NcclExecutor::ShareId(Backend* bootstrap, int rank, const std::string& wh
 Status NcclExecutor::InitComm(Backend* bootstrap, int rank, int size, const char* what,
                               Comm* comm, uint64_t* lineage) {
   ncclUniqueId id;
-  TFRING_RETURN_IF_ERROR(ShareId(bootstrap, rank, what, &ncclGetUniqueId, &id));
+  const Status shared = ShareId(bootstrap, rank, what, &ncclGetUniqueId, &id);
+  if (!shared.ok()) return Fail(shared);
   if (lineage != nullptr) *lineage = LineageOf(&id, sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;

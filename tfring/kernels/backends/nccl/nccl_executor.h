@@ -130,18 +130,29 @@ class NcclExecutor : public GroupExecutor {
   Status AgreeOnGpus(const Status& local, const KeptClaim& kept, std::vector<KeptClaim>* claims);
   // The world communicator, from the kept one (null: this rank kept none) as the plan says.
   Status MakeWorld(KeptComm* kept, const std::vector<KeptClaim>& claims);
+  // Each leaves the kept communicator freed and, where it fails, world_ empty (no Fail:
+  // MakeWorld then makes one anew on every rank).
   Status ShrinkWorld(KeptComm* kept, const std::vector<int32_t>& excluded);
   Status GrowWorld(KeptComm* kept);
-  // Rank 0 of `bootstrap` makes an id with `make`; every rank gets it, or rank 0's error.
+  // Rank 0 of `bootstrap` makes an id with `make`; every rank gets it, or rank 0's error
+  // (every rank alike; no Fail: the caller decides).
   Status ShareId(Backend* bootstrap, int rank, const std::string& what,
                  const std::function<ncclResult_t(ncclUniqueId*)>& make, ncclUniqueId* id);
   Status InitComm(Backend* bootstrap, int rank, int size, const char* what, Comm* comm,
                   uint64_t* lineage);
   // After a failure: revokes the world communicator, waits until its work has stopped, and
-  // leaves it kept for a shrink. False where that cannot be done (then it is to be aborted).
+  // leaves it kept for a shrink. False where that cannot be done (then it is to be aborted);
+  // true too where the revoke never finished (the communicator is left alone: an abort would
+  // wait for the revoke).
   bool RevokeAndKeepWorld();
-  // Waits while a non-blocking communicator finishes the call that returned `rc`.
+  // Waits while a non-blocking communicator finishes the call that returned `rc`; fails
+  // (Fail) if it does not.
   Status Launched(ncclResult_t rc, const char* call, const std::vector<const Comm*>& comms);
+  // Waits until `comm` is no longer in progress with `call`: its error, a peer's announced
+  // failure, or the peer timeout otherwise. Breaks nothing: the caller decides.
+  Status WaitUntilDone(ncclComm_t comm, const char* call);
+  // Whether `ok` holds on every rank of the world (over MPI); fails where MPI does.
+  Status AllRanks(bool ok, bool* all);
   Status WaitInputs(const std::vector<Entry*>& group);
   Status WaitForProducerStream(const Entry& e);
   // Marks, on the executor's stream, the point where the group's inputs are ready: the

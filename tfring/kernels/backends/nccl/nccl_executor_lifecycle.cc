@@ -123,7 +123,7 @@ Status NcclExecutor::Fail(const Status& status) {
       }
     }
     broken_ = Status(reason.code(), reason.message() +
-                                        ". The NCCL communicators were aborted; GPU collectives "
+                                        ". The NCCL communicators were stopped; GPU collectives "
                                         "fail from now on in this job (rank " +
                                         std::to_string(layout_.rank) + ")");
     TFRING_LOG(kError) << broken_.message();
@@ -146,28 +146,32 @@ Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
   if (!comms.empty()) in_flight_ = comms[0];
   // Non-blocking communicators: the call may still be in progress on the host side (only
   // initialization takes long); the next call must wait for it.
+  for (const Comm* c : comms) {
+    const Status s = WaitUntilDone(c->comm, call);
+    if (!s.ok()) return Fail(s);
+  }
+  return Status::OK();
+}
+
+Status NcclExecutor::WaitUntilDone(ncclComm_t comm, const char* call) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(
                                                options_.peer_timeout_seconds));
-  for (const Comm* c : comms) {
-    while (true) {
-      Status peer;
-      if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t q = ncclCommGetAsyncError(c->comm, &state);
-      if (q != ncclSuccess) return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
-      if (state == ncclSuccess) break;
-      if (state != ncclInProgress) return Fail(NcclStatus(state, c->comm, call, __FILE__, __LINE__));
-      if (Clock::now() > deadline) {
-        return Fail(Status::DeadlineExceeded(
-            std::string(call) + " did not finish within TFRING_PEER_TIMEOUT_SECONDS=" +
-            std::to_string(options_.peer_timeout_seconds) +
-            " s: a peer rank is missing or stopped"));
-      }
-      std::this_thread::sleep_for(kPollSleep);
+  while (true) {
+    Status peer;
+    if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return peer;
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return NcclStatus(q, comm, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    if (state == ncclSuccess) return Status::OK();
+    if (state != ncclInProgress) return NcclStatus(state, comm, call, __FILE__, __LINE__);
+    if (Clock::now() > deadline) {
+      return Status::DeadlineExceeded(
+          std::string(call) + " did not finish within TFRING_PEER_TIMEOUT_SECONDS=" +
+          std::to_string(options_.peer_timeout_seconds) + " s: a peer rank is missing or stopped");
     }
+    std::this_thread::sleep_for(kPollSleep);
   }
-  return Status::OK();
 }
 
 Status NcclExecutor::WaitInputs(const std::vector<Entry*>& group) {

@@ -33,7 +33,7 @@ Slot& TheSlot() {
 }
 
 // Frees a communicator no executor uses.
-void Free(ncclComm_t comm, bool abort) {
+void FreeComm(ncclComm_t comm, bool abort) {
   if (comm == nullptr) return;
   if (abort) {
     ncclCommAbort(comm);
@@ -59,7 +59,7 @@ void KeptWorld::Lease(const KeptComm& world, const void* owner) {
     s.present = true;
     s.owner = owner;
   }
-  Free(stale.comm, /*abort=*/true);
+  FreeComm(stale.comm, /*abort=*/true);
 }
 
 void KeptWorld::MarkRevoked(const void* owner) {
@@ -101,11 +101,11 @@ bool KeptWorld::Take(KeptComm* out) {
   return true;
 }
 
-void KeptWorld::FreeAtExit(bool peers_lost) {
+void KeptWorld::Free(bool peers_lost) {
   KeptComm kept;
   if (!Take(&kept)) return;
   // One with a lost member is aborted (a destroy could wait for it), and so is a revoked one.
-  Free(kept.comm, peers_lost || kept.revoked);
+  FreeComm(kept.comm, peers_lost || kept.revoked);
 }
 
 void KeptWorld::NoteMade(const std::string& how) {

@@ -3,16 +3,17 @@
 // An elastic reset stops the runtime and starts a new one on the ranks left (or with the ranks
 // that joined). Without this, the new runtime aborts the old NCCL communicator and makes a new
 // one (a unique id, then NCCL's full set-up). With it, the runtime's world communicator is
-// kept in this process-wide slot when the runtime ends (or is abandoned after a lost peer,
-// whose executor is never destroyed), and the next runtime keeps it as it is, shrinks it or
+// kept in this process-wide slot when the runtime ends for a reset (GlobalRuntime::Shutdown
+// for_reset; a plain shutdown() frees it) or is abandoned after a lost peer (its executor is
+// never destroyed), and the next runtime keeps it as it is, shrinks it or
 // grows it (core/communicator_reshape.h) where the NCCL loaded has the calls, looked up at run
 // time: ncclCommRevoke (NCCL 2.28.7), ncclCommShrink (2.27.3), ncclCommGrow (2.29.2).
 // TFRING_NCCL_RESHAPE=off leaves the slot unused: every runtime makes its own communicator.
 //
 // Ownership: the executor that leased the communicator uses it while it runs; once it ends
 // (Leave) or its communicator is taken by a newer runtime (Take), the slot owns it. Whoever
-// takes it frees it (after a shrink or grow, or when it cannot be used); FreeAtExit frees
-// one nobody took.
+// takes it frees it (after a shrink or grow, or when it cannot be used); Free frees one
+// nobody took.
 #pragma once
 
 #include <nccl.h>
@@ -44,9 +45,9 @@ class KeptWorld {
   static bool Leave(const void* owner);
   // Hands the kept communicator over, and empties the slot.
   static bool Take(KeptComm* out);
-  // At exit: frees a kept communicator nobody took (abort when a peer was lost: a destroy
-  // would wait for it).
-  static void FreeAtExit(bool peers_lost);
+  // Frees a kept communicator nobody took (tfring's shutdown() but for an elastic reset, and
+  // at exit): aborted where a peer was lost (a destroy would wait for it).
+  static void Free(bool peers_lost);
   // How the latest world communicator was made ("kept", "shrunk", "grown", "made anew"):
   // what the native scenarios and the debug log report.
   static void NoteMade(const std::string& how);
