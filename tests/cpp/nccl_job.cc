@@ -47,12 +47,12 @@ std::unique_ptr<MpiControlPlane> ControlPlane(const MpiContext& mpi, const Optio
   return std::make_unique<MpiControlPlane>(control, options.peer_timeout_seconds);
 }
 
+}  // namespace
+
 bool ReshapeOff() {
   const char* v = std::getenv("TFRING_NCCL_RESHAPE");
   return v != nullptr && std::string(v) == "off";
 }
-
-}  // namespace
 
 std::string ExpectedWorldMade(const std::string& way, bool has_call) {
   return has_call && !ReshapeOff() ? way : "made anew";

@@ -24,6 +24,9 @@ namespace testing {
 std::unique_ptr<Coordinator> NewNcclCoordinator(const MpiContext& mpi, const ProcessLayout& layout,
                                                 Options options, bool keep_world = false);
 
+// Whether TFRING_NCCL_RESHAPE=off (the runtime reads it with its other settings).
+bool ReshapeOff();
+
 // How the elastic scenarios' new NCCL world should have been made from the kept one, `way`
 // ("shrunk", "grown"), where this NCCL has the call (`has_call`) and TFRING_NCCL_RESHAPE
 // is not off; else "made anew".

@@ -22,6 +22,7 @@
 
 #include "tests/cpp/collective_util.h"
 #include "tests/cpp/gpu_ranks.h"
+#include "tests/cpp/nccl_job.h"
 #include "tests/cpp/nccl_test_ops.h"
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/cuda/cuda_memory.h"
@@ -84,11 +85,6 @@ class GlobalNcclEnvironment : public Environment {
   }
 };
 TFRING_TEST_ENVIRONMENT(GlobalNcclEnvironment);
-
-bool ReshapeOff() {
-  const char* v = std::getenv("TFRING_NCCL_RESHAPE");
-  return v != nullptr && std::string(v) == "off";
-}
 
 const EnqueueFn kEnqueue = [](Entry e) { Runtime().Enqueue(std::move(e)); };
 
