@@ -296,12 +296,14 @@ OpPtr SubmitAllreduceOfBytes(const EnqueueFn& enqueue, const std::string& name, 
 }
 
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, Placement where) {
+                      const std::vector<double>& values, Placement where,
+                      const std::string& allocation_error) {
   Entry e;
   OpPtr p = NewOp(name, dtype, shape, Encode(dtype, values), where, &e);
   e.request.kind = CollectiveKind::kAllgather;
   Op* raw = p.get();  // the done callback keeps it alive
-  e.allocate_output = [raw, dtype](const Shape& s, void** buffer) {
+  e.allocate_output = [raw, dtype, allocation_error](const Shape& s, void** buffer) {
+    if (!allocation_error.empty()) return Status::Internal(allocation_error);
     raw->output_shape = s;
     raw->output.resize(NumElements(s) * DataTypeSize(dtype) + 1);  // +1: never a null data()
     *buffer = raw->output.data();

@@ -100,8 +100,11 @@ OpPtr SubmitAllreduce(Coordinator* c, const std::string& name, DataType dtype, c
 OpPtr SubmitAllreduceOfBytes(const EnqueueFn& enqueue, const std::string& name, DataType dtype,
                              const Shape& shape, std::vector<char> input, ReduceOp op,
                              Placement where = {});
+// `allocation_error`: where not empty, allocating the output fails with it (as a framework
+// out of memory would).
 OpPtr SubmitAllgather(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
-                      const std::vector<double>& values, Placement where = {});
+                      const std::vector<double>& values, Placement where = {},
+                      const std::string& allocation_error = "");
 OpPtr SubmitBroadcast(Coordinator* c, const std::string& name, DataType dtype, const Shape& shape,
                       const std::vector<double>& values, int root, Placement where = {});
 

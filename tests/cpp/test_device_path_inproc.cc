@@ -97,6 +97,46 @@ TFRING_TEST(DevicePath, StagedAllgatherUnevenAndBroadcast) {
   }
 }
 
+// An output that one rank cannot allocate once the ranks agreed to run the collective (the
+// framework out of memory, on a GPU or the host): that rank still takes part, so its peers'
+// op completes within seconds with the right result instead of waiting for it; its own op
+// fails naming the tensor and the reason; and the job goes on.
+TFRING_TEST(DevicePath, AnOutputOneRankCannotAllocateFailsThereAloneWithoutAHang) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    const int short_of_memory = size - 1;
+    job.OnEveryRank([&](int rank) {
+      for (const Placement& where : {kOnGpu0, Placement{}}) {
+        const std::string name = where.device >= 0 ? "gathered.on.gpu" : "gathered.on.host";
+        const std::string error = rank == short_of_memory ? "out of memory (injected)" : "";
+        OpPtr op = SubmitAllgather(job.rank(rank), name, DataType::kFloat32, {rank + 1},
+                                   TestValues(DataType::kFloat32, rank, rank + 1), where, error);
+        const Status s = WaitFor(op, 5.0);  // the peers' world timeout is 20 s
+        if (rank == short_of_memory) {
+          EXPECT_FALSE(s.ok());
+          EXPECT_CONTAINS(s.message(), "allocating the output of '" + name +
+                                           "' failed on this rank");
+          EXPECT_CONTAINS(s.message(), "out of memory (injected)");
+        } else {
+          ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+          std::vector<double> want;
+          for (int r = 0; r < size; ++r) {
+            const std::vector<double> v = TestValues(DataType::kFloat32, r, r + 1);
+            want.insert(want.end(), v.begin(), v.end());
+          }
+          std::string why;
+          EXPECT_TRUE(AllClose(DataType::kFloat32, op->Result(), want, &why)) << why;
+        }
+        OpPtr after = SubmitAllgather(job.rank(rank), name + ".after", DataType::kFloat32, {2},
+                                      TestValues(DataType::kFloat32, rank, 2), where);
+        const Status later = WaitFor(after, 5.0);
+        EXPECT_TRUE(later.ok()) << later.ToString();
+      }
+    });
+  }
+}
+
 // The producer writes the input after the op was submitted; the executor must wait for the
 // ready event before it reads (as NCCL's stream waits for TF's event). The values catch a
 // read before the write only when the executor is quick; the counters catch a read without

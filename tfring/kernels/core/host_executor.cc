@@ -5,6 +5,7 @@
 
 #include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/core/buffer_layout.h"
+#include "tfring/kernels/core/tensor_key.h"
 
 namespace tfring {
 namespace {
@@ -13,6 +14,19 @@ namespace {
 // null buffers.
 void CopyBytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
+}
+
+int64_t TotalBytes(const std::vector<int64_t>& bytes) {
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  return total;
+}
+
+// The error of an op whose output could not be allocated on this rank (its peers' succeed).
+Status WithoutOutput(const Entry& e, const Status& why) {
+  return Status(why.code(), "allocating the output of '" + KeyString(e.request.key) +
+                                "' failed on this rank (the other ranks' completed): " +
+                                why.message());
 }
 
 }  // namespace
@@ -140,16 +154,27 @@ Status HostExecutor::AllreduceMixedUnit(Entry& e, const Response& r) {
 
 Status HostExecutor::Allgather(const std::vector<Entry*>& group,
                                const std::vector<const Response*>& rs) {
-  // Allocate every output first: its first dimension is the sum over ranks.
+  // Allocate every output first: its first dimension is the sum over ranks. An output that
+  // cannot be allocated (the framework is out of memory) must not keep this rank out of the
+  // collective its peers are already in, which would hang them: it still sends its input and
+  // receives into the fusion buffer, and only this rank's op fails, with the reason.
+  Status allocated;
+  std::vector<bool> has_output(group.size(), true);
   for (size_t i = 0; i < group.size(); ++i) {
     Entry& e = *group[i];
-    TFRING_RETURN_IF_ERROR(e.allocate_output(GatheredShape(e, *rs[i]), &e.output));
+    const Status s = e.allocate_output(GatheredShape(e, *rs[i]), &e.output);
+    if (!s.ok()) {
+      has_output[i] = false;
+      if (allocated.ok()) allocated = WithoutOutput(e, s);
+    }
   }
   const GatherLayout layout = PlanGather(group, rs, rank_, size_);
   const std::string args = recording() ? Timeline::GroupArgs(group, layout.total_bytes) : "";
   if (group.size() == 1) {
     if (recording()) Phase(group, PhaseName("ALLGATHER"), args);
-    return backend_->Allgather(group[0]->input, group[0]->output, layout.bytes_per_rank);
+    void* out = has_output[0] ? group[0]->output : FusionBuffer(1, layout.total_bytes);
+    TFRING_RETURN_IF_ERROR(backend_->Allgather(group[0]->input, out, layout.bytes_per_rank));
+    return allocated;
   }
   char* send = FusionBuffer(0, layout.send.total_bytes);
   char* recv = FusionBuffer(1, layout.total_bytes);
@@ -161,10 +186,11 @@ Status HostExecutor::Allgather(const std::vector<Entry*>& group,
   TFRING_RETURN_IF_ERROR(backend_->Allgather(send, recv, layout.bytes_per_rank));
   if (recording()) Phase(group, "MEMCPY_OUT_FUSION_BUFFER");
   for (const GatherPiece& p : layout.pieces) {
+    if (!has_output[p.tensor]) continue;
     CopyBytes(static_cast<char*>(group[p.tensor]->output) + p.to_offset, recv + p.from_offset,
               p.bytes);
   }
-  return Status::OK();
+  return allocated;
 }
 
 Status HostExecutor::Broadcast(const std::vector<Entry*>& group, const Response& r) {
@@ -220,17 +246,22 @@ Status HostExecutor::Reducescatter(const std::vector<Entry*>& group, const Respo
 }
 
 Status HostExecutor::Alltoall(const std::vector<Entry*>& group, const Response& r) {
+  // As Allgather: an output this rank cannot allocate is received into the fusion buffer, so
+  // that the peers' exchange completes; this rank's op fails alone.
+  Status allocated;
   for (Entry* e : group) {
     const AlltoallLayout l = PlanAlltoall(*e, r, rank_, size_);
-    TFRING_RETURN_IF_ERROR(e->set_received_splits(l.received_rows));
-    TFRING_RETURN_IF_ERROR(e->allocate_output(l.output_shape, &e->output));
+    Status s = e->set_received_splits(l.received_rows);
+    if (s.ok()) s = e->allocate_output(l.output_shape, &e->output);
+    if (!s.ok() && allocated.ok()) allocated = WithoutOutput(*e, s);
+    void* out = s.ok() ? e->output : FusionBuffer(1, TotalBytes(l.recv_bytes));
     if (recording()) {
       Phase({e}, PhaseName("ALLTOALL"),
             Timeline::GroupArgs({e}, TensorBytes(e->request)));
     }
-    TFRING_RETURN_IF_ERROR(backend_->Alltoall(e->input, l.send_bytes, e->output, l.recv_bytes));
+    TFRING_RETURN_IF_ERROR(backend_->Alltoall(e->input, l.send_bytes, out, l.recv_bytes));
   }
-  return Status::OK();
+  return allocated;
 }
 
 }  // namespace tfring
