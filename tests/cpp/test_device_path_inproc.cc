@@ -97,6 +97,38 @@ TFRING_TEST(DevicePath, StagedAllgatherUnevenAndBroadcast) {
   }
 }
 
+// An alltoall in which rank r sends rank q the one value 100 * r + q; its output (what every
+// rank sent this one) lands in *out, or allocating it fails with `allocation_error`.
+std::future<Status> SubmitAlltoallOfOnes(Coordinator* c, const std::string& name, int rank,
+                                         int size, Placement where,
+                                         const std::string& allocation_error,
+                                         std::shared_ptr<std::vector<int32_t>> out) {
+  auto in = std::make_shared<std::vector<int32_t>>();
+  Entry e;
+  for (int q = 0; q < size; ++q) {
+    e.request.splits.push_back(1);
+    in->push_back(100 * rank + q);
+  }
+  auto done = std::make_shared<std::promise<Status>>();
+  e.request.key.name = name;
+  e.request.kind = CollectiveKind::kAlltoall;
+  e.request.dtype = DataType::kInt32;
+  e.request.shape = {size};
+  e.request.on_device = where.device >= 0;
+  e.device = where.device;
+  e.input = in->data();
+  e.set_received_splits = [](const std::vector<int64_t>&) { return Status::OK(); };
+  e.allocate_output = [out, allocation_error](const Shape& shape, void** buffer) {
+    if (!allocation_error.empty()) return Status::Internal(allocation_error);
+    out->resize(shape[0]);
+    *buffer = out->data();
+    return Status::OK();
+  };
+  e.done = [done, in](const Status& s) { done->set_value(s); };  // keeps the input alive
+  c->Enqueue(std::move(e));
+  return done->get_future();
+}
+
 // An output that one rank cannot allocate once the ranks agreed to run the collective (the
 // framework out of memory, on a GPU or the host): that rank still takes part, so its peers'
 // op completes within seconds with the right result instead of waiting for it; its own op
@@ -132,6 +164,21 @@ TFRING_TEST(DevicePath, AnOutputOneRankCannotAllocateFailsThereAloneWithoutAHang
                                       TestValues(DataType::kFloat32, rank, 2), where);
         const Status later = WaitFor(after, 5.0);
         EXPECT_TRUE(later.ok()) << later.ToString();
+        // The same for an alltoall's output.
+        auto out = std::make_shared<std::vector<int32_t>>();
+        std::future<Status> a2a = SubmitAlltoallOfOnes(job.rank(rank), name + ".a2a", rank, size,
+                                                       where, error, out);
+        ASSERT_TRUE(a2a.wait_for(std::chrono::seconds(5)) == std::future_status::ready)
+            << name << ".a2a did not finish within 5 s on rank " << rank;
+        const Status exchanged = a2a.get();
+        if (rank == short_of_memory) {
+          EXPECT_CONTAINS(exchanged.message(), "allocating the output of '" + name + ".a2a'");
+        } else {
+          ASSERT_TRUE(exchanged.ok()) << exchanged.ToString();
+          std::vector<int32_t> want;
+          for (int r = 0; r < size; ++r) want.push_back(100 * r + rank);
+          EXPECT_TRUE(*out == want) << name << ".a2a on rank " << rank;
+        }
       }
     });
   }

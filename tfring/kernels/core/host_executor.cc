@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <numeric>
 
 #include "tfring/kernels/common/elementwise.h"
 #include "tfring/kernels/core/buffer_layout.h"
@@ -14,12 +15,6 @@ namespace {
 // null buffers.
 void CopyBytes(void* dst, const void* src, size_t n) {
   if (n > 0) std::memcpy(dst, src, n);
-}
-
-int64_t TotalBytes(const std::vector<int64_t>& bytes) {
-  int64_t total = 0;
-  for (int64_t b : bytes) total += b;
-  return total;
 }
 
 // The error of an op whose output could not be allocated on this rank (its peers' succeed).
@@ -254,7 +249,8 @@ Status HostExecutor::Alltoall(const std::vector<Entry*>& group, const Response& 
     Status s = e->set_received_splits(l.received_rows);
     if (s.ok()) s = e->allocate_output(l.output_shape, &e->output);
     if (!s.ok() && allocated.ok()) allocated = WithoutOutput(*e, s);
-    void* out = s.ok() ? e->output : FusionBuffer(1, TotalBytes(l.recv_bytes));
+    void* out = s.ok() ? e->output : FusionBuffer(1, std::accumulate(l.recv_bytes.begin(),
+                                                                  l.recv_bytes.end(), int64_t{0}));
     if (recording()) {
       Phase({e}, PhaseName("ALLTOALL"),
             Timeline::GroupArgs({e}, TensorBytes(e->request)));
