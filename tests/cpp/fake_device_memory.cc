@@ -13,6 +13,9 @@ Status FakeDeviceMemory::WaitForInput(const Entry& e) {
   if (auto* event = static_cast<FakeEvent*>(e.ready_event)) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!event->ready.load(std::memory_order_acquire)) {
+      if (event->failed.load()) {
+        return Status::Internal("the producer's event reported an error (injected)");
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         return Status::DeadlineExceeded("ready event of '" + e.request.name + "' never fired");
       }
@@ -37,6 +40,7 @@ Status FakeDeviceMemory::CopyToHost(void* host, const void* device, int64_t byte
     if (!waited_.count(device)) ++counters_->unwaited_reads;
   }
   if (device_id < 0) return Status::Internal("CopyToHost without a device");
+  if (device_id == kFailsCopyToHost) return Status::Internal("copy failed (injected)");
   if (bytes > 0) std::memcpy(host, device, bytes);
   return Status::OK();
 }
@@ -45,6 +49,7 @@ Status FakeDeviceMemory::CopyToDevice(void* device, const void* host, int64_t by
                                       int device_id) {
   ++counters_->to_device;
   if (device_id < 0) return Status::Internal("CopyToDevice without a device");
+  if (device_id == kFailsCopyToDevice) return Status::Internal("copy failed (injected)");
   if (bytes > 0) std::memcpy(device, host, bytes);
   return Status::OK();
 }

@@ -4,6 +4,9 @@
 // A "ready event" is a FakeEvent: WaitForInput blocks until a test sets it, as a CUDA event
 // completes once the producer kernel has written the input. Copies are counted, and each
 // copy checks that the input it reads was waited for first.
+//
+// Failures to inject: a FakeEvent marked `failed` (the producer's kernel reported an error),
+// copies to the host from device kFailsCopyToHost, and copies to device kFailsCopyToDevice.
 #pragma once
 
 #include <atomic>
@@ -17,7 +20,11 @@ namespace testing {
 
 struct FakeEvent {
   std::atomic<bool> ready{false};
+  std::atomic<bool> failed{false};  // WaitForInput fails (as on a sticky CUDA error)
 };
+
+constexpr int kFailsCopyToHost = 8;
+constexpr int kFailsCopyToDevice = 9;
 
 class FakeDeviceMemory : public DeviceMemory {
  public:

@@ -184,6 +184,68 @@ TFRING_TEST(DevicePath, AnOutputOneRankCannotAllocateFailsThereAloneWithoutAHang
   }
 }
 
+// An input one rank cannot stage (its producer's kernel failed, or the copy to the host did)
+// fails the group on every rank within seconds, naming that rank, the tensor and the reason,
+// instead of leaving the peers in the host collective; the job goes on. A result one rank
+// cannot copy back fails there alone: the collective ran, and the peers' results are whole.
+TFRING_TEST(DevicePath, AStagingFailureOnOneRankFailsTheGroupEverywhereWithoutAHang) {
+  for (int size : kSizes) {
+    FakeDeviceMemory::Counters counters;
+    InprocJob job(size, TestOptions(), &counters);
+    const int failing = size - 1;
+    const std::string on_failing = "rank " + std::to_string(failing) + " could not stage";
+    job.OnEveryRank([&](int rank) {
+      Coordinator* c = job.rank(rank);
+      FakeEvent event;
+      event.failed.store(rank == failing);
+      event.ready.store(rank != failing);
+      OpPtr fine = SubmitAllreduce(c, "staged.fine", DataType::kFloat32, {3},
+                                   TestValues(DataType::kFloat32, rank, 3), ReduceOp::kSum,
+                                   kOnGpu0);
+      OpPtr broken = SubmitAllreduce(c, "staged.broken", DataType::kFloat32, {3},
+                                     TestValues(DataType::kFloat32, rank, 3, 1), ReduceOp::kSum,
+                                     {0, &event});
+      const Placement copy_in_fails{rank == failing ? kFailsCopyToHost : 0, nullptr};
+      OpPtr uncopied = SubmitAllgather(c, "staged.uncopied", DataType::kFloat32, {2},
+                                       TestValues(DataType::kFloat32, rank, 2, 2), copy_in_fails);
+      const Status s = WaitFor(broken, 5.0);  // the peers' world timeout is 20 s
+      EXPECT_FALSE(s.ok());
+      EXPECT_CONTAINS(s.message(), "waiting for the producer of 'staged.broken' failed");
+      EXPECT_CONTAINS(s.message(), "the producer's event reported an error (injected)");
+      EXPECT_CONTAINS(s.message(), "no rank ran the collective");
+      if (rank != failing) EXPECT_CONTAINS(s.message(), on_failing);
+      // A tensor fused with the broken one fails with it, or ran whole without it.
+      const Status f = WaitFor(fine, 5.0);
+      if (f.ok()) {
+        ExpectAllreduced(fine, ReduceOp::kSum, size, 0);
+      } else {
+        EXPECT_CONTAINS(f.message(), "staged.broken");
+      }
+      const Status u = WaitFor(uncopied, 5.0);
+      EXPECT_FALSE(u.ok());
+      EXPECT_CONTAINS(u.message(), "copying to the host the input of 'staged.uncopied' failed");
+      EXPECT_CONTAINS(u.message(), "copy failed (injected)");
+      if (rank != failing) EXPECT_CONTAINS(u.message(), on_failing);
+      // The copy back after the collective: the failing rank's op alone fails.
+      const Placement copy_out_fails{rank == failing ? kFailsCopyToDevice : 0, nullptr};
+      OpPtr unreturned = SubmitAllreduce(c, "staged.unreturned", DataType::kFloat32, {2},
+                                         TestValues(DataType::kFloat32, rank, 2, 4),
+                                         ReduceOp::kSum, copy_out_fails);
+      if (rank == failing) {
+        ExpectFailure(unreturned, StatusCode::kInternal,
+                      "copying back to the GPU the result of 'staged.unreturned' failed on this "
+                      "rank (the other ranks' completed): copy failed (injected)");
+      } else {
+        ExpectAllreduced(unreturned, ReduceOp::kSum, size, 4);
+      }
+      OpPtr after = SubmitAllreduce(c, "staged.after", DataType::kFloat32, {4},
+                                    TestValues(DataType::kFloat32, rank, 4, 3), ReduceOp::kSum,
+                                    kOnGpu0);
+      ExpectAllreduced(after, ReduceOp::kSum, size, 3);
+    });
+  }
+}
+
 // The producer writes the input after the op was submitted; the executor must wait for the
 // ready event before it reads (as NCCL's stream waits for TF's event). The values catch a
 // read before the write only when the executor is quick; the counters catch a read without

@@ -1,12 +1,58 @@
 #include "tfring/kernels/core/staging_executor.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "tfring/kernels/core/tensor_key.h"
+
 namespace tfring {
+namespace {
+
+// The most of a failing rank's reason that travels to its peers.
+constexpr size_t kReasonBytes = 1024;
+
+// `why`, said of `what` of e's tensor ("waiting for the producer", ...).
+Status Staging(const Entry& e, const char* what, const Status& why, const char* after = "") {
+  if (why.ok()) return why;
+  return Status(why.code(), std::string(what) + " of '" + KeyString(e.request.key) +
+                                "' failed" + after + ": " + why.message());
+}
+
+}  // namespace
 
 StagingExecutor::StagingExecutor(std::unique_ptr<DeviceMemory> memory,
-                                 std::unique_ptr<GroupExecutor> host, int rank, int size)
+                                 std::unique_ptr<HostExecutor> host, int rank, int size)
     : memory_(std::move(memory)), host_(std::move(host)), rank_(rank), size_(size) {}
 
 Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged) {
+  return AgreeStagedIn(StageInThisRank(group, staged));
+}
+
+Status StagingExecutor::AgreeStagedIn(const Status& mine) {
+  Backend* backend = host_->backend();
+  int32_t first_failed = mine.ok() ? size_ : rank_;
+  TFRING_RETURN_IF_ERROR(
+      backend->Allreduce(&first_failed, &first_failed, 1, DataType::kInt32, ReduceOp::kMin));
+  if (first_failed == size_) return Status::OK();
+  // Byte 0: the status code; then the message, cut to fit.
+  char reason[kReasonBytes] = {};
+  if (rank_ == first_failed) {
+    reason[0] = static_cast<char>(mine.code());
+    std::memcpy(reason + 1, mine.message().data(),
+                std::min(mine.message().size(), kReasonBytes - 2));
+  }
+  TFRING_RETURN_IF_ERROR(backend->Broadcast(reason, kReasonBytes, first_failed));
+  const std::string no_rank_ran = " (so no rank ran the collective)";
+  if (!mine.ok()) return Status(mine.code(), mine.message() + no_rank_ran);
+  const int code = static_cast<unsigned char>(reason[0]);
+  const bool known = code > static_cast<int>(StatusCode::kOk) &&
+                     code <= static_cast<int>(StatusCode::kInternal);
+  return Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+                "rank " + std::to_string(first_failed) + " could not stage its input: " +
+                    std::string(reason + 1) + no_rank_ran);
+}
+
+Status StagingExecutor::StageInThisRank(const std::vector<Entry*>& group, Staged* staged) {
   const size_t n = group.size();
   staged->entries.resize(n);
   staged->buffers.resize(n);
@@ -19,9 +65,11 @@ Status StagingExecutor::StageIn(const std::vector<Entry*>& group, Staged* staged
     std::vector<char>& buffer = staged->buffers[i];
     buffer.resize(TensorBytes(e.request));
     if (timeline_) timeline_->Phase(e.request, "WAIT_FOR_DATA");
-    TFRING_RETURN_IF_ERROR(memory_->WaitForInput(e));
+    TFRING_RETURN_IF_ERROR(Staging(e, "waiting for the producer", memory_->WaitForInput(e)));
     if (timeline_) timeline_->Phase(e.request, "MEMCPY_DEVICE_TO_HOST");
-    TFRING_RETURN_IF_ERROR(memory_->CopyToHost(buffer.data(), e.input, buffer.size(), e.device));
+    TFRING_RETURN_IF_ERROR(Staging(e, "copying to the host the input",
+                                   memory_->CopyToHost(buffer.data(), e.input, buffer.size(),
+                                                       e.device)));
     // Allreduce and broadcast work in place in the one host buffer; allgather's output
     // is allocated once its shape is known.
     twin.input = buffer.data();
@@ -45,9 +93,12 @@ Status StagingExecutor::StageOut(const std::vector<Entry*>& group, const Staged&
     const bool gathered = group[i]->request.kind != CollectiveKind::kAllreduce &&
                           group[i]->request.kind != CollectiveKind::kBroadcast;
     const std::vector<char>& result = gathered ? staged.gathered[i] : staged.buffers[i];
-    TFRING_RETURN_IF_ERROR(memory_->CopyToDevice(group[i]->output, result.data(),
-                                                 static_cast<int64_t>(result.size()),
-                                                 group[i]->device));
+    // Only this rank's op fails: the collective ran, and the peers' results are whole.
+    const Status copied = memory_->CopyToDevice(group[i]->output, result.data(),
+                                                static_cast<int64_t>(result.size()),
+                                                group[i]->device);
+    TFRING_RETURN_IF_ERROR(Staging(*group[i], "copying back to the GPU the result", copied,
+                                   " on this rank (the other ranks' completed)"));
   }
   return Status::OK();
 }
