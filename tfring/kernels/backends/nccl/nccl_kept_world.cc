@@ -4,6 +4,7 @@
 
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "tfring/kernels/common/logging.h"
 
@@ -41,6 +42,26 @@ void FreeComm(ncclComm_t comm, bool abort) {
     ncclCommDestroy(comm);
   }
 }
+
+// The calls are looked up at run time, so the compiler never sees them called: where the
+// headers built against declare them, their types must be the ones NcclReshapeCalls holds.
+#if NCCL_VERSION_CODE >= 22807  // kRevokeSince (the preprocessor knows no constexpr)
+static_assert(std::is_same<decltype(&ncclCommRevoke), decltype(NcclReshapeCalls::revoke)>::value,
+              "ncclCommRevoke's type");
+#endif
+#if NCCL_VERSION_CODE >= 22703  // kShrinkSince
+static_assert(std::is_same<decltype(&ncclCommShrink), decltype(NcclReshapeCalls::shrink)>::value,
+              "ncclCommShrink's type");
+static_assert(NCCL_SHRINK_DEFAULT == kNcclShrinkDefault && NCCL_SHRINK_ABORT == kNcclShrinkAbort,
+              "ncclCommShrink's flags");
+#endif
+#if NCCL_VERSION_CODE >= 22902  // kGrowSince
+static_assert(std::is_same<decltype(&ncclCommGrow), decltype(NcclReshapeCalls::grow)>::value,
+              "ncclCommGrow's type");
+static_assert(std::is_same<decltype(&ncclCommGetUniqueId),
+                           decltype(NcclReshapeCalls::unique_id_for_grow)>::value,
+              "ncclCommGetUniqueId's type");
+#endif
 
 template <typename Fn>
 void Find(void* library, const char* name, int version, int since, Fn* fn) {
