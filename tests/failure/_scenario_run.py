@@ -31,12 +31,13 @@ def run_scenario(name, env=None, timeout=SCENARIO_TIMEOUT, mpirun_options=(), ra
     return proc.returncode, proc.stdout + proc.stderr, time.time() - start
 
 
-def run_tfringrun(flags, scenario, ranks, env=None, timeout=ELASTIC_TIMEOUT):
-    """`tfringrun -np ranks FLAGS python elastic_scenarios.py SCENARIO`."""
+def run_tfringrun(flags, scenario, ranks, env=None, timeout=ELASTIC_TIMEOUT,
+                  script="elastic_scenarios.py"):
+    """`tfringrun -np ranks FLAGS python SCRIPT SCENARIO`."""
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     start = time.time()
     proc = subprocess.run([TFRINGRUN, "-np", str(ranks), *flags, sys.executable,
-                           os.path.join(HERE, "elastic_scenarios.py"), scenario],
+                           os.path.join(HERE, script), scenario],
                           capture_output=True, text=True, timeout=timeout, env=full_env)
     return proc.returncode, proc.stdout + proc.stderr, time.time() - start
 

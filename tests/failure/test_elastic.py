@@ -1,6 +1,7 @@
 """Elastic training (tfring.elastic, tfring.keras.elastic, tfringrun's elastic flags) under
 MPI's fault tolerance: workers killed mid-training, workers joining from host discovery.
-Each scenario is in elastic_scenarios.py; its workers print how they finished."""
+Each scenario is in elastic_scenarios.py (workers lost) or elastic_growth_scenarios.py (jobs
+changed through host discovery, and Keras' fit); its workers print how they finished."""
 
 import re
 import time
@@ -214,7 +215,8 @@ def test_tfringrun_reset_limit_allows_that_many_resets_then_stops():
 
 
 
-def _discovered(tmp_path, hosts, flags, scenario, ranks, env=None):
+def _discovered(tmp_path, hosts, flags, scenario, ranks, env=None,
+                script="elastic_growth_scenarios.py"):
     """Runs `scenario` under tfringrun with a discovery script that prints a file the
     scenario rewrites (its path in TFRING_TEST_HOSTS); the file starts as `hosts`. The
     finalize deadline is 3 s, not 10: with a worker that joined, Open MPI's MPI_Finalize
@@ -224,7 +226,8 @@ def _discovered(tmp_path, hosts, flags, scenario, ranks, env=None):
     hosts_file.write_text(hosts)
     env = dict({"TFRING_ELASTIC_FINALIZE_TIMEOUT": "3"}, **(env or {}))
     return run_tfringrun(["--host-discovery-script", f"cat {hosts_file}", *flags], scenario,
-                         ranks, env=dict(env, TFRING_TEST_HOSTS=str(hosts_file)))
+                         ranks, env=dict(env, TFRING_TEST_HOSTS=str(hosts_file)),
+                         script=script)
 
 
 def _assert_all_agree(out, workers, finished, sizes_of_old):
@@ -256,7 +259,7 @@ def test_host_discovery_grows_the_job_from_2_to_3_then_takes_a_slot_back(tmp_pat
     # the end; docs/elastic.md says so): the training itself is checked below.
     assert rc in (0, 1), out
     assert "rank 0: wrote hosts ['localhost:3']" in out, out
-    for rank in (0, 1):  # at the commits after batches 3 and 6 (elastic_scenarios.py's plan)
+    for rank in (0, 1):  # at the commits after batches 3 and 6 (elastic_growth_scenarios.py's plan)
         assert re.search(rf"rank {rank}: reset at batch 4: now of 3", out), out
         assert re.search(rf"rank {rank}: reset at batch 7: now of 2", out), out
     assert "rank 2: started as rank 2 of 3" in out, out
@@ -347,7 +350,8 @@ def test_below_min_np_for_elastic_timeout_stops_every_worker(tmp_path):
     # A worker lost with --min-np 3 and nothing offered: after --elastic-timeout (3 s) both
     # survivors stop, saying how many are left and needed, well within a few seconds more.
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
-                                                         "3"], "elastic_custom_loop", 3)
+                                                         "3"], "elastic_custom_loop", 3,
+                             script="elastic_scenarios.py")
     assert rc != 0, out
     killed = re.search(r"rank 2: killing myself at ([0-9.]+)", out)
     assert killed, out
@@ -369,6 +373,7 @@ def test_a_finalize_past_its_deadline_ends_the_worker_saying_why(tmp_path):
     barrier.mkdir()
     rc, out, _ = _discovered(tmp_path, "localhost:3\n", ["--min-np", "3", "--elastic-timeout",
                                                          "1"], "elastic_custom_loop", 3,
+                             script="elastic_scenarios.py",
                              env={"TFRING_ELASTIC_FINALIZE_TIMEOUT": "0",
                                   # the two survivors' errors are printed before either ends
                                   "TFRING_TEST_EXIT_BARRIER": f"{barrier},2"})
