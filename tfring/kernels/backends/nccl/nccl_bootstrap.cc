@@ -36,6 +36,18 @@ struct GpuClaim {
   char reason[512] = {};
 };
 
+// Whether a communicator the last runtime kept can be shrunk or grown: NCCL reports an error
+// a peer's loss left in it (its proxy thread saw it, say) only once a call is made, and a
+// shrink over it would fail at once here while the other ranks waited out their peer
+// timeout in theirs. Not claimed, it makes every rank plan a new one at once.
+bool Healthy(ncclComm_t comm) {
+  ncclResult_t state = ncclInternalError;
+  if (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclSuccess) return true;
+  TFRING_LOG(kDebug) << "NCCL's kept world communicator reports " << ncclGetErrorString(state)
+                     << "; not reused";
+  return false;
+}
+
 // A unique id with its maker's status.
 struct SharedId {
   int32_t failed = 0;
@@ -92,7 +104,7 @@ Status NcclExecutor::EnsureReady(const std::vector<Entry*>& group) {
   // The world communicator the last runtime left (an elastic reset), usable on this GPU.
   KeptComm kept;
   bool have_kept = keep_world_ && !options_.nccl_reshape_off && KeptWorld::Take(&kept);
-  if (have_kept && kept.device != device) {
+  if (have_kept && (kept.device != device || !Healthy(kept.comm))) {
     ncclCommAbort(kept.comm);
     have_kept = false;
   }

@@ -151,14 +151,15 @@ Status NcclExecutor::GrowWorld(KeptComm* kept) {
       s = WaitUntilDone(child, "ncclCommGrow");
     }
   }
+  // Unlike a shrink's, a grow's job belongs to the child and talks through the parent's
+  // bootstrap until it ends: where it failed, the child's abort (which ends the job and
+  // waits for it) must come before the parent's, or the job would use a freed parent.
+  if (!s.ok() && child != nullptr) ncclCommAbort(child);
   if (kept != nullptr) {
-    ncclCommAbort(kept->comm);  // after the grow, or to end it where it failed
+    ncclCommAbort(kept->comm);
     kept->comm = nullptr;
   }
-  if (!s.ok()) {
-    if (child != nullptr) ncclCommAbort(child);
-    return s;
-  }
+  if (!s.ok()) return s;
   world_.comm = child;
   world_.rank = layout_.rank;
   world_.size = layout_.size;
