@@ -15,6 +15,12 @@ const char* StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+StatusCode FailureCodeFromWire(int code) {
+  const bool failure = code > static_cast<int>(StatusCode::kOk) &&
+                       code <= static_cast<int>(StatusCode::kInternal);
+  return failure ? static_cast<StatusCode>(code) : StatusCode::kInternal;
+}
+
 Status NotInitialized(const std::string& what) {
   return Status::FailedPrecondition("tfring has not been initialized: call tfring.init() before " +
                                     what);

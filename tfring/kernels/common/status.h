@@ -27,6 +27,10 @@ enum class StatusCode : int {
 
 const char* StatusCodeName(StatusCode code);
 
+// A failure's code as another rank sent it (a byte on the wire): that code where it names a
+// failure, else kInternal (a failure all the same).
+StatusCode FailureCodeFromWire(int code);
+
 class Status {
  public:
   Status() = default;

@@ -44,10 +44,7 @@ Status StagingExecutor::AgreeStagedIn(const Status& mine) {
   TFRING_RETURN_IF_ERROR(backend->Broadcast(reason, kReasonBytes, first_failed));
   const std::string no_rank_ran = " (so no rank ran the collective)";
   if (!mine.ok()) return Status(mine.code(), mine.message() + no_rank_ran);
-  const int code = static_cast<unsigned char>(reason[0]);
-  const bool known = code > static_cast<int>(StatusCode::kOk) &&
-                     code <= static_cast<int>(StatusCode::kInternal);
-  return Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+  return Status(FailureCodeFromWire(static_cast<unsigned char>(reason[0])),
                 "rank " + std::to_string(first_failed) + " could not stage its input: " +
                     std::string(reason + 1) + no_rank_ran);
 }

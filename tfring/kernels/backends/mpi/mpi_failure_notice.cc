@@ -102,10 +102,8 @@ bool MpiFailureNotice::Heard(Status* failure, int* from) {
       heard_ = bytes > 0;
       heard_from_ = status.MPI_SOURCE;
       const int code = bytes > 0 ? static_cast<unsigned char>(inbox_[0]) : 0;
-      const bool known = code > static_cast<int>(StatusCode::kOk) &&
-                         code <= static_cast<int>(StatusCode::kInternal);
       heard_failure_ = Status(
-          known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+          FailureCodeFromWire(code),
           "a GPU collective failed on rank " + std::to_string(heard_from_) +
               ", which told this rank why: " +
               std::string(inbox_.data() + 1, bytes > 1 ? bytes - 1 : 0));
