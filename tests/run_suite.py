@@ -2,7 +2,8 @@
 `suite: N passed, N failed, N skipped in T s`.
 
 Stages, in order: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL
-at one rank per GPU, skipped with the reason where there is none) while the same native tests
+at one rank per GPU, or, where there is none, on the host GPU: CUDA and NCCL emulated on the
+host, tests/cpp/host_gpu) while the same native tests
 are built with AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure
 tests whose bounds are tight, one at a time; unit tests (one process); the sanitized native
 tests, two at a time; parallel tests under mpirun at 2 ranks and, those whose outcome depends
@@ -245,7 +246,8 @@ def _toolchain():
 
 
 def missing_native_binaries():
-    """The native test binaries the build should have made and did not (names)."""
+    """The native test binaries the build should have made and did not (names), and the host
+    GPU's library where it is to run the NCCL tests."""
     record = _toolchain().read_record(_toolchain().entry_dir()) or {}
     sources = [os.path.basename(f)[:-3] for f in glob.glob(os.path.join(ROOT, "tests", "cpp",
                                                                           "test_*.cc"))]
@@ -255,8 +257,56 @@ def missing_native_binaries():
     for kind in SANITIZER_ENV:  # sanitizer builds have no GPU path
         expected[f"tests-{kind}"] = [s for s in sources if s not in gpu and
                                      _toolchain().built_under_sanitizer(kind, s)]
+    if record.get("nccl") and not visible_gpus():  # the NCCL tests run on the host GPU
+        expected["tests/host_gpu"] = ["libtfring_host_gpu.so"]
     return [f"build/{folder}/{name}" for folder, names in expected.items() for name in names
             if not os.path.exists(os.path.join(ROOT, "build", folder, name))]
+
+
+HOST_GPU = os.path.join(ROOT, "build", "tests", "host_gpu")
+
+
+def host_gpu_stages():
+    """Where no GPU is visible, the NCCL executor's native tests on the host GPU
+    (tests/cpp/host_gpu/host_gpu.h: CUDA and NCCL emulated on the host, preloaded in each
+    rank), through tools/gpu_ranks.sh as on a one-GPU machine: the ordering, fusion, every
+    collective's offsets and the failure funnel, at 2 and 3 ranks, and 4 as two hosts; two
+    ranks on one GPU; and the elastic scenarios under ULFM (a rank killed mid-allreduce, the
+    survivors' world shrunk, a worker joining), with NCCL's reshaping calls, and the reset
+    made anew without them (TFRING_NCCL_RESHAPE=off)."""
+    library = os.path.join(HOST_GPU, "libtfring_host_gpu.so")
+    if visible_gpus() or not glob.glob(os.path.join(ROOT, "build", "tests", "test_nccl_*")):
+        return []  # a GPU runs them natively; a build without NCCL has none
+    preload = {"LD_PRELOAD": library, "LD_LIBRARY_PATH": HOST_GPU}
+    exported = [word for k, v in preload.items() for word in ("-x", f"{k}={v}")]
+    ulfm = ["--with-ft", "ulfm", "-x", "TFRING_NCCL_RESHAPE"]
+    # (binary, ranks, its arguments, settings, mpirun's own flags)
+    runs = [("test_nccl_runtime", 2, [], {}, []), ("test_nccl_runtime", 3, [], {}, []),
+            ("test_nccl_runtime", 4, ["--filter=Hierarchical"], {"RANKS_PER_HOST": "2"}, []),
+            ("test_nccl_global_runtime", 3, [], {}, []), ("test_nccl_kept_world", 1, [], {}, []),
+            # 16 MiB at 20 MB/s a connection: the allreduce lasts past the kill (at 50 ms).
+            ("scenario_nccl_peer_killed", 3, [], {"TFRING_NCCL_RESHAPE": "auto",
+                                                  "TFRING_TEST_BIG_MIB": "16",
+                                                  "TFRING_HOST_GPU_MB_PER_SECOND": "20"},
+             ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND"]),
+            ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto"}, ulfm),
+            ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "off"}, ulfm),
+            # The joining worker is spawned by MPI's daemon, which passes on its own
+            # environment, not mpirun's -x: the preload goes to mpirun itself.
+            ("scenario_nccl_grow", 2, [], dict(preload, TFRING_NCCL_RESHAPE="auto"), ulfm)]
+    stages = []
+    for binary, n, args, env, flags in runs:
+        command = [os.path.join(ROOT, "tools", "gpu_ranks.sh"), str(n),
+                   os.path.join(ROOT, "build", "tests", binary), "--timeout_seconds=120"] + args
+        mpirun = " ".join(MPIRUN + flags + ([] if "LD_PRELOAD" in env else exported))
+        setting = f" {env['TFRING_NCCL_RESHAPE']}" if "TFRING_NCCL_RESHAPE" in env else ""
+        stages.append((f"native {binary} np={n}{setting} [host GPU]", command, 180, None,
+                       dict(env, MPIRUN=mpirun)))
+    # Two ranks of one host on one GPU, as an unpinned script puts them (no NCCL_HOSTID).
+    stages.append(("native scenario_nccl_shared_gpu np=2 [host GPU]",
+                   MPIRUN + ["-np", "2", "-x", "TFRING_TEST_SHARE_GPU=1"] + exported +
+                   [os.path.join(ROOT, "build", "tests", "scenario_nccl_shared_gpu")], 180))
+    return stages
 
 
 def native_stages():
@@ -265,6 +315,8 @@ def native_stages():
     for binary in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*"))):
         name = os.path.basename(binary)
         if "nccl" in name:
+            if not visible_gpus():
+                continue  # host_gpu_stages() runs it
             # One rank per GPU; it skips (saying why) where no GPU is visible.
             n = str(max(1, visible_gpus()))
             stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300, None,
@@ -280,7 +332,7 @@ def native_stages():
 def main():
     started = time.time()
     builds = SanitizerBuilds()
-    results = [stage(*spec) for spec in native_stages()]
+    results = [stage(*spec) for spec in native_stages() + host_gpu_stages()]
     # The failure tests whose bounds are seconds from an event (a kill, a stop) run alone
     # (tests/failure/conftest.py): here, beside the builds' idle-priority compiles only.
     results.append(stage(*SERIAL_FAILURES))

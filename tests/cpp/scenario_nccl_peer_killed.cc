@@ -9,13 +9,16 @@
 // Without ULFM, mpirun ends the whole job when a rank is killed (and says which); under it,
 // the survivors live on and report, then start again on the ranks left as tfring.elastic
 // does: where NCCL has ncclCommRevoke and ncclCommShrink, the failed op's world communicator
-// was revoked (not aborted) and is shrunk to them; else one is made anew. tools/gpu_checks.sh runs both; the suite does not (its
-// last rank dies).
+// was revoked (not aborted) and is shrunk to them; else one is made anew. tools/gpu_checks.sh
+// runs both. The suite runs it on the host GPU (tests/cpp/host_gpu), with a smaller
+// allreduce (TFRING_TEST_BIG_MIB) over connections slowed so that it too lasts past the kill
+// (TFRING_HOST_GPU_MB_PER_SECOND).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
@@ -66,7 +69,8 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   std::unique_ptr<Coordinator> c =
       NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
   // 1 GiB: through sockets it takes over half a second, so the kill lands mid-op.
-  const int64_t count = int64_t{256} << 20;
+  const char* mib = std::getenv("TFRING_TEST_BIG_MIB");
+  const int64_t count = (mib != nullptr ? std::atoll(mib) : 1024) << 18;  // floats
   void* in = DeviceBuffer(count * 4);
   void* out = DeviceBuffer(count * 4);
   ASSERT_TRUE(SubmitDeviceAllreduce(c.get(), "warmup", 1024, in, out).get().ok());

@@ -34,6 +34,8 @@ std::string g_current;
 
 // Aborts the process when the running test passes its deadline (0: no test running).
 std::atomic<int64_t> g_deadline_ms{0};
+// The exit status once every test has run (-1 before).
+std::atomic<int> g_result{-1};
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -72,6 +74,17 @@ void RecordFailure(const char* file, int line, const std::string& message) {
 }
 
 int CurrentFailures() { return g_failures.load(); }
+
+void EndWithinSeconds(double seconds, const std::string& why) {
+  std::thread([seconds, why] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    std::fprintf(stderr, "%s: ending the process with the tests' result\n", why.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    const int result = g_result.load();
+    std::_Exit(result >= 0 ? result : 2);
+  }).detach();
+}
 
 FailureBuilder::FailureBuilder(const char* file, int line, std::string what)
     : file_(file), line_(line), what_(std::move(what)) {}
@@ -131,6 +144,7 @@ int RunAllTests(int argc, char** argv) {
   }
   if (env->verbose()) std::printf("%d passed, %d failed\n", passed, failed);
   std::fflush(stdout);
+  g_result = failed == 0 ? 0 : 1;
   env->TearDown();
   return failed == 0 ? 0 : 1;
 }

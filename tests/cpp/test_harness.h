@@ -55,6 +55,10 @@ struct EnvironmentRegistrar {
 void RecordFailure(const char* file, int line, const std::string& message);
 // Failures recorded so far in the running test (any thread).
 int CurrentFailures();
+// Ends the process with the tests' result (saying `why`) if it is still running `seconds`
+// from now: for a TearDown that may not return, such as the MPI_Finalize that Open MPI's
+// fault tolerance can leave waiting after a rank was lost.
+void EndWithinSeconds(double seconds, const std::string& why);
 
 // Collects a failure message and records it when destroyed (so `<< extra` can follow).
 class FailureBuilder {

@@ -23,7 +23,6 @@ do when one fails.
 
 import argparse
 import concurrent.futures
-import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ else:  # `python tfring/build --native-only`: a script beside toolchain.py, no T
 BuildError = toolchain.BuildError
 find_mpicxx = toolchain.find_mpicxx
 find_gpu_toolchain = toolchain.find_gpu_toolchain
+EntryLock = toolchain.EntryLock  # on_import.py takes it from here
 
 ROOT = toolchain.ROOT
 KERNELS = toolchain.KERNELS
@@ -67,6 +67,10 @@ GPU_TEST_MARKERS = ("nccl", "cuda")
 # What the native benchmarks link beside the runtime: the in-process backend and ranks.
 BENCH_SUPPORT = [os.path.join(ROOT, "tests", "cpp", f)
                  for f in ("inproc_job.cc", "fake_device_memory.cc")]
+# The host GPU (tests/cpp/host_gpu/host_gpu.h): CUDA and NCCL emulated on the host, so that
+# the native GPU tests run without a GPU. GPU builds with tests; preloaded, never linked.
+HOST_GPU_DIR = os.path.join(ROOT, "tests", "cpp", "host_gpu")
+HOST_GPU_LIBRARY = os.path.join(CHECKOUT_BUILD_DIR, "tests", "host_gpu", "libtfring_host_gpu.so")
 
 
 def tensorflow_flags():
@@ -213,68 +217,6 @@ def test_sources(gpu):
     return [os.path.join(test_dir, f) for f in files]
 
 
-class EntryLock:
-    """An exclusive lock on a build entry (flock on <entry>/build.lock).
-
-    Every rank of a job may import tfring at the same moment: the first one to take the lock
-    builds, the others wait here, then find the library built and load it. The holder's pid
-    is written in the file for the waiters' message. A wait ends after
-    TFRING_BUILD_WAIT_SECONDS (default 1800) with an error naming the holder.
-    """
-
-    def __init__(self, entry, say=None):
-        self.path = os.path.join(entry, "build.lock")
-        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-        self.file = None
-
-    def __enter__(self):
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self.file = open(self.path, "a+")
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._wait()
-        except OSError as e:  # a folder this user cannot write, a file system without locks
-            raise BuildError(f"cannot lock {self.path}: {e}. Point TFRING_CACHE_DIR at a "
-                             "writable folder on a local file system.",
-                             "Where the build goes") from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(str(os.getpid()))
-        self.file.flush()
-        return self
-
-    def _wait(self):
-        text = os.environ.get("TFRING_BUILD_WAIT_SECONDS", "1800")
-        try:
-            limit = float(text)
-        except ValueError:
-            raise BuildError(f"TFRING_BUILD_WAIT_SECONDS must be a number of seconds. "
-                             f"Received: {text!r}") from None
-        self.file.seek(0)
-        holder = self.file.read().strip() or "unknown"
-        self.say(f"tfring: waiting for process {holder} to finish building "
-                 f"{os.path.dirname(self.path)}")
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    self.file.close()
-                    raise BuildError(
-                        f"process {holder} has held the build lock {self.path} for more than "
-                        f"{limit:g} s (TFRING_BUILD_WAIT_SECONDS). If no build is running, "
-                        "a stale lock is impossible (the lock dies with its process): look "
-                        "for a hung compiler.")
-                time.sleep(0.2)
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
-
-
 # Sanitizer builds of the native tests (`--sanitize`, `make sanitize`): compile and link flags.
 SANITIZERS = {
     "address": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],
@@ -349,13 +291,16 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
             jobs += [(mpicxx, runtime_flags, s) for s in bench_sources(gpu)]
         if not native_only:
             jobs += [(mpicxx, glue_flags, s) for s in sources(BENCH_OPS_DIR)]
+    host_gpu = sources(HOST_GPU_DIR) if with_tests and gpu and not sanitize else []
+    jobs += [(plain_cxx, plain_flags + gpu_flags, s) for s in host_gpu]
     # The XLA lowerings' headers moved between TensorFlow releases: where they fail to
     # compile (and TFRING_WITH_XLA is not 1), the library is built without them, its record
     # says why, and tfring keeps XLA off for steps with its ops.
-    optional = () if toolchain.xla_required() else xla_sources
+    # The host GPU is test support: where it does not compile, the suite goes without it.
+    optional = tuple(() if toolchain.xla_required() else xla_sources) + tuple(host_gpu)
     objects, rebuilt = compile_all(obj_dir, jobs, optional)
     by_source = {j[2]: o for j, o in zip(jobs, objects)}
-    failed = [o for o in objects if isinstance(o, BuildError)]
+    failed = [by_source[s] for s in xla_sources if isinstance(by_source[s], BuildError)]
     if failed:
         first = next((l for l in str(failed[0]).splitlines() if "error" in l),
                      str(failed[0]).splitlines()[0])
@@ -371,6 +316,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
                            gpu_link + extra_link, tests_dir)
         if not sanitize:
             build_native_benches(mpicxx, by_source, runtime_objs, bench_sources(gpu), gpu_link)
+        if host_gpu:
+            link_host_gpu(plain_cxx, [by_source[s] for s in host_gpu], say)
         if not native_only:
             link(mpicxx, [by_source[s] for s in sources(BENCH_OPS_DIR)], BENCH_OPS_LIBRARY,
                  ["-shared"] + tf_link)
@@ -426,6 +373,21 @@ def build_native_benches(mpicxx, by_source, runtime_objs, bench_files, gpu_link)
     for source in bench_files:
         out = os.path.join(CHECKOUT_BUILD_DIR, "bench", os.path.basename(source)[:-3])
         link(mpicxx, core + support + [by_source[source]], out, ["-pthread"] + gpu_link)
+
+
+def link_host_gpu(compiler, objects, say):
+    """The host GPU's library, and libcuda.so.1 beside it (batched_copy.cc opens the driver by
+    that name, which LD_LIBRARY_PATH finds); none where a source failed to compile."""
+    driver = os.path.join(os.path.dirname(HOST_GPU_LIBRARY), "libcuda.so.1")
+    errors = [o for o in objects if isinstance(o, BuildError)]
+    if errors:
+        remove_if_exists(HOST_GPU_LIBRARY)  # the suite must not run a stale one
+        say(f"tfring: the host GPU did not compile, so the suite runs no NCCL test without a "
+            f"GPU: {str(errors[0]).splitlines()[0]}")
+        return
+    link(compiler, objects, HOST_GPU_LIBRARY, ["-shared", "-pthread"])
+    if not os.path.islink(driver):
+        os.symlink(os.path.basename(HOST_GPU_LIBRARY), driver)
 
 
 def is_test_binary(path):

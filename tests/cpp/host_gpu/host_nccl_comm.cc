@@ -1,0 +1,311 @@
+#include "tests/cpp/host_gpu/host_nccl_comm.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace host_gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a rank waits for its peers to reach the communicator's init (NCCL's own
+// bootstrap waits about as long before it gives up).
+constexpr auto kConnectTimeout = std::chrono::seconds(120);
+
+struct Header {
+  uint32_t magic;
+  uint32_t kind;
+  uint64_t bytes;
+};
+constexpr uint32_t kMagic = 0x7466686e;  // "tfhn"
+
+// TFRING_HOST_GPU_MB_PER_SECOND: each connection moves at most this many MB a second (0:
+// as fast as it can), so that a collective lasts long enough for a test to act in it (kill
+// a rank mid-allreduce) without moving gigabytes.
+double BytesPerSecond() {
+  static const double rate = [] {
+    const char* text = std::getenv("TFRING_HOST_GPU_MB_PER_SECOND");
+    return text != nullptr ? std::atof(text) * 1e6 : 0.0;
+  }();
+  return rate;
+}
+
+bool WriteAll(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  const double rate = BytesPerSecond();
+  while (bytes > 0) {
+    // Slowed: 64 KiB at a time, each after its share of the time.
+    const size_t chunk = rate > 0 ? std::min<size_t>(bytes, 64 << 10) : bytes;
+    if (rate > 0) std::this_thread::sleep_for(std::chrono::duration<double>(chunk / rate));
+    const ssize_t n = send(fd, p, chunk, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t bytes) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = recv(fd, p, bytes, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// An abstract Unix socket's address (no file to clean up): a leading NUL, then the name.
+socklen_t Address(const std::string& name, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+}  // namespace
+
+std::string CommState::SocketName(int rank) const {
+  // The id's first bytes are the text ncclGetUniqueId wrote: unique per communicator.
+  return std::string(id_.internal, strnlen(id_.internal, 64)) + "." + std::to_string(rank);
+}
+
+CommState::~CommState() {
+  Abort();
+  for (auto& p : peers_) {
+    if (p && p->fd >= 0) close(p->fd);  // only now: a late send must not hit a reused fd
+  }
+}
+
+ncclResult_t CommState::Fail(ncclResult_t rc, const std::string& why) {
+  if (revoked()) return ncclInvalidUsage;  // quiescent: what revoked calls meet is no error
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_error_.empty()) last_error_ = why;
+  }
+  ncclResult_t expected = ncclSuccess;
+  async_error_.compare_exchange_strong(expected, rc);
+  expected = ncclInProgress;
+  async_error_.compare_exchange_strong(expected, rc);
+  return rc;
+}
+
+std::string CommState::last_error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+ncclResult_t CommState::Connect() {
+  peers_.resize(size_);
+  for (int p = 0; p < size_; ++p) peers_[p].reset(new Peer);
+  if (size_ == 1) return ncclSuccess;
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr;
+  socklen_t len = Address(SocketName(rank_), &addr);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      listen(listener, size_) != 0) {
+    if (listener >= 0) close(listener);
+    return Fail(ncclSystemError, "cannot listen on " + SocketName(rank_) + ": " + strerror(errno));
+  }
+  const auto deadline = Clock::now() + kConnectTimeout;
+  // Lower ranks are connected to, higher ones accepted: each pair once.
+  for (int p = 0; p < rank_; ++p) {
+    while (true) {
+      if (aborted()) {
+        close(listener);
+        return Fail(ncclInvalidUsage, "the communicator was aborted during its init");
+      }
+      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      len = Address(SocketName(p), &addr);
+      if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
+        const int32_t me = rank_;
+        if (!WriteAll(fd, &me, sizeof(me))) {
+          close(fd);
+          close(listener);
+          return Fail(ncclRemoteError, "rank " + std::to_string(p) + " closed the connection "
+                                       "during the communicator's init");
+        }
+        peers_[p]->fd = fd;
+        break;
+      }
+      if (fd >= 0) close(fd);
+      if (Clock::now() > deadline) {
+        close(listener);
+        return Fail(ncclRemoteError, "rank " + std::to_string(p) + " did not join the "
+                                     "communicator's init");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  for (int accepted = 0; accepted < size_ - 1 - rank_;) {
+    pollfd pfd{listener, POLLIN, 0};
+    if (poll(&pfd, 1, 50) <= 0) {
+      if (aborted() || Clock::now() > deadline) {
+        close(listener);
+        return Fail(aborted() ? ncclInvalidUsage : ncclRemoteError,
+                    "a higher rank did not join the communicator's init");
+      }
+      continue;
+    }
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    int32_t who = -1;
+    if (fd < 0 || !ReadAll(fd, &who, sizeof(who)) || who <= rank_ || who >= size_ ||
+        peers_[who]->fd >= 0) {
+      if (fd >= 0) close(fd);
+      close(listener);
+      return Fail(ncclInternalError, "a bad connection during the communicator's init");
+    }
+    peers_[who]->fd = fd;
+    ++accepted;
+  }
+  close(listener);
+  if (aborted()) return Fail(ncclInvalidUsage, "the communicator was aborted during its init");
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) peers_[p]->reader = std::thread(&CommState::Read, this, p);
+  }
+  return ncclSuccess;
+}
+
+void CommState::Read(int peer) {
+  Peer& p = *peers_[peer];
+  while (true) {
+    Header h;
+    Message m;
+    bool ok = ReadAll(p.fd, &h, sizeof(h)) && h.magic == kMagic;
+    if (ok) {
+      m.kind = h.kind;
+      m.bytes.resize(h.bytes);
+      ok = ReadAll(p.fd, m.bytes.data(), h.bytes);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ok) {
+      p.closed = true;
+      cv_.notify_all();
+      return;
+    }
+    p.inbox.push_back(std::move(m));
+    cv_.notify_all();
+  }
+}
+
+ncclResult_t CommState::Send(int peer, uint32_t kind, const void* data, size_t bytes) {
+  if (aborted() || revoked()) return ncclInvalidUsage;
+  if (peer == rank_ || peer < 0 || peer >= size_) {
+    return Fail(ncclInvalidArgument, "a send to rank " + std::to_string(peer));
+  }
+  Peer& p = *peers_[peer];
+  std::lock_guard<std::mutex> lock(p.send_mu);
+  const Header h{kMagic, kind, bytes};
+  if (!WriteAll(p.fd, &h, sizeof(h)) || !WriteAll(p.fd, data, bytes)) {
+    if (aborted()) return ncclInvalidUsage;
+    return Fail(ncclRemoteError, "rank " + std::to_string(peer) + " closed its connection "
+                                 "(it died or aborted its communicator)");
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t CommState::Receive(int peer, uint32_t kind, void* data, size_t bytes) {
+  if (peer == rank_ || peer < 0 || peer >= size_) {
+    return Fail(ncclInvalidArgument, "a receive from rank " + std::to_string(peer));
+  }
+  Peer& p = *peers_[peer];
+  Message m;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !p.inbox.empty() || p.closed || aborted() || revoked(); });
+    if (aborted() || revoked()) return ncclInvalidUsage;
+    if (p.inbox.empty()) {
+      lock.unlock();
+      return Fail(ncclRemoteError, "rank " + std::to_string(peer) + " closed its connection "
+                                   "(it died or aborted its communicator)");
+    }
+    m = std::move(p.inbox.front());
+    p.inbox.pop_front();
+  }
+  if (m.kind != kind || m.bytes.size() != bytes) {
+    return Fail(ncclInternalError,
+                "rank " + std::to_string(peer) + " sent a message of kind " +
+                    std::to_string(m.kind) + ", " + std::to_string(m.bytes.size()) +
+                    " bytes, where this rank's collective expected kind " + std::to_string(kind) +
+                    ", " + std::to_string(bytes) + " bytes: the ranks' calls differ");
+  }
+  std::memcpy(data, m.bytes.data(), bytes);
+  return ncclSuccess;
+}
+
+void CommState::MarkAborted() {
+  aborted_.store(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+void CommState::WaitUntilAborted() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return aborted() || revoked(); });
+}
+
+void CommState::Revoke() {
+  std::lock_guard<std::mutex> lock(mu_);
+  revoked_.store(true);
+  async_error_.store(ncclSuccess);
+  cv_.notify_all();
+}
+
+ncclResult_t CommState::ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
+                                       const CommState& stop) {
+  Peer& p = *peers_.at(peer);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    while (!p.inbox.empty() && p.inbox.front().kind != kind) p.inbox.pop_front();
+    if (!p.inbox.empty()) break;
+    if (p.closed || aborted() || stop.aborted()) {
+      return ncclRemoteError;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(20));  // `stop` does not notify this one
+  }
+  Message m = std::move(p.inbox.front());
+  p.inbox.pop_front();
+  if (m.bytes.size() != bytes) return ncclInternalError;
+  std::memcpy(data, m.bytes.data(), bytes);
+  return ncclSuccess;
+}
+
+void CommState::Abort() {
+  MarkAborted();
+  if (readers_joined_.exchange(true)) return;
+  // shutdown, not close: wakes a reader in recv and a sender in send; the numbers stay
+  // taken until the destructor.
+  for (auto& p : peers_) {
+    if (p && p->fd >= 0) shutdown(p->fd, SHUT_RDWR);
+  }
+  for (auto& p : peers_) {
+    if (p && p->reader.joinable()) p->reader.join();
+  }
+}
+
+ncclResult_t StartConnecting(ncclComm* comm, const ncclConfig_t* config,
+                             std::function<ncclResult_t()> connect) {
+  std::shared_ptr<CommState> state = comm->state;
+  auto run = [state, connect] {
+    if (connect() == ncclSuccess) state->set_async_error(ncclSuccess);
+  };
+  if (config != nullptr && config->blocking == 0) {
+    comm->connecting = std::thread(run);
+    return ncclInProgress;
+  }
+  run();
+  return state->async_error();
+}
+
+}  // namespace host_gpu

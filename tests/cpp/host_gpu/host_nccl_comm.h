@@ -1,0 +1,113 @@
+// The host GPU's NCCL communicator (host_gpu.h): one Unix socket to each peer, found by the
+// name the unique id carries, and a thread per peer that reads whatever the peer sends into
+// a queue, so that a send never waits for the peer to be in its matching receive (a rank's
+// sends in a collective or a group all go out before it receives, and nothing deadlocks).
+// Messages between two ranks arrive in the order sent, and every rank runs a
+// communicator's collectives in the same order, so the next message from a peer is always
+// the one the current collective expects (checked).
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace host_gpu {
+
+struct Message {
+  uint32_t kind = 0;
+  std::vector<char> bytes;
+};
+
+class CommState {
+ public:
+  CommState(int rank, int size, const ncclUniqueId& id) : rank_(rank), size_(size), id_(id) {}
+  ~CommState();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const ncclUniqueId& id() const { return id_; }
+  // A grown communicator's id, once its root has sent it (before Connect).
+  void set_id(const ncclUniqueId& id) { id_ = id; }
+
+  // Connects to every peer (a rendezvous through the id's socket names); ncclSuccess or the
+  // error, with last_error() saying why.
+  ncclResult_t Connect();
+  // Sends `bytes` to `peer`, tagged with `kind` (the collective).
+  ncclResult_t Send(int peer, uint32_t kind, const void* data, size_t bytes);
+  // Receives the next message from `peer`, which must be of `kind` and `bytes` long.
+  ncclResult_t Receive(int peer, uint32_t kind, void* data, size_t bytes);
+  // Receives the next message of `kind` from `peer`, dropping any other (what a revoked or
+  // idle collective left), until `stop` is set: a grow's id, through its parent.
+  ncclResult_t ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
+                              const CommState& stop);
+
+  // ncclInProgress while connecting; then ncclSuccess, or the first error.
+  ncclResult_t async_error() const { return async_error_.load(); }
+  void set_async_error(ncclResult_t rc) { async_error_.store(rc); }
+  std::string last_error();
+  // Makes waiting receives (and a connection under way) give up; Abort then ends the rest.
+  void MarkAborted();
+  // Blocks until the communicator is aborted or destroyed: what a collective's kernel does
+  // once a peer is lost (it spins until ncclCommAbort), so the stream never completes a
+  // collective that failed.
+  void WaitUntilAborted();
+  // ncclCommRevoke: the collectives in flight stop (their streams go on) and no other may
+  // start; the communicator is quiescent at once (ncclSuccess), kept for a shrink.
+  void Revoke();
+  bool revoked() const { return revoked_.load(); }
+  // Stops everything: waiting receives and sends fail, the readers end. Idempotent. Not
+  // while Connect runs on another thread (ncclCommAbort waits for it first).
+  void Abort();
+  bool aborted() const { return aborted_.load(); }
+
+ private:
+  struct Peer {
+    int fd = -1;
+    std::thread reader;
+    std::deque<Message> inbox;
+    bool closed = false;   // the peer closed its end (it died, aborted or destroyed)
+    std::mutex send_mu;
+  };
+
+  ncclResult_t Fail(ncclResult_t rc, const std::string& why);
+  void Read(int peer);
+  std::string SocketName(int rank) const;
+
+  const int rank_, size_;
+  ncclUniqueId id_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::mutex mu_;  // the inboxes, `closed`, last_error_
+  std::condition_variable cv_;
+  std::string last_error_;
+  std::atomic<ncclResult_t> async_error_{ncclInProgress};
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> revoked_{false};
+  std::atomic<bool> readers_joined_{false};
+};
+
+}  // namespace host_gpu
+
+struct ncclComm;
+namespace host_gpu {
+// Runs `connect` (then marks the communicator ready where it succeeded): in the background
+// for a non-blocking config (ncclInProgress), else here (its result).
+ncclResult_t StartConnecting(ncclComm* comm, const ncclConfig_t* config,
+                             std::function<ncclResult_t()> connect);
+}  // namespace host_gpu
+
+// ncclComm_t's opaque type: the handle the application holds. Collectives queued on a
+// stream hold the state too, so that an abort frees the handle at once.
+struct ncclComm {
+  std::shared_ptr<host_gpu::CommState> state;
+  std::thread connecting;  // a non-blocking init's connection, in the background
+  std::vector<std::pair<ncclRedOp_t, double>> premulsum;  // ncclRedOpCreatePreMulSum's
+};
