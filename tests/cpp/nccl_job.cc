@@ -137,7 +137,8 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   std::vector<float> host(count, static_cast<float>(Scenario().layout.rank + 1));
   void *in = nullptr, *out = nullptr;
   if (cudaMalloc(&in, count * 4) != cudaSuccess || cudaMalloc(&out, count * 4) != cudaSuccess ||
-      cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {  // landed before tfring's stream reads it
     DieInSetup("device memory", Status::Internal("cudaMalloc/cudaMemcpy failed"));
   }
   auto done = std::make_shared<std::promise<Status>>();

@@ -38,7 +38,8 @@ TFRING_TEST_ENVIRONMENT(SurvivorsGpuEnvironment);
 
 void* DeviceBuffer(int64_t bytes) {
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess) {
+  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {  // set before tfring's stream reads it
     DieInSetup("device memory", Status::Internal("cudaMalloc of " + std::to_string(bytes)));
   }
   return p;

@@ -95,9 +95,10 @@ EnqueueFn InSet(const std::vector<int32_t>& members) {
   };
 }
 
-// Rows rank `from` sends rank `to`: 0, 1 or 2, so that some pairs send none (a rank's
-// rows to itself among them) and the splits differ between ranks.
-int64_t Rows(int from, int to) { return (from + 2 * to) % 3; }
+// Rows rank `from` sends rank `to`: 0, 1 or 2, so that some pairs send none, every rank
+// sends itself one (a send and a receive to itself in one NCCL group, as every even split
+// makes), and the splits differ between ranks.
+int64_t Rows(int from, int to) { return (from + 2 * to + 1) % 3; }
 
 TFRING_TEST(NcclGlobal, AlltoallUnevenWithZeroRowsAndRowsToItself) {
   const int me = g_at.rank, size = g_at.size;

@@ -417,6 +417,14 @@ TFRING_TEST(NcclRuntime, NcclErrorInAHierarchicalAllreduceFailsEveryHost) {
   ExpectOneRanksNcclErrorFailsEveryRank(true, Size() / 2);
 }
 
+// The failing rank is the first host's second: its host's first rank waits in the reduce
+// inside the host, and must hear of the failure there, not in the copy to the host that
+// follows (into pageable memory, it would wait for the reduce unwatched, for ever).
+TFRING_TEST(NcclRuntime, NcclErrorOnAHostsSecondRankInAHierarchicalAllreduceFailsEveryHost) {
+  if (Size() < 2) return;  // no second rank (every rank agrees: the size is the job's)
+  ExpectOneRanksNcclErrorFailsEveryRank(true, 1);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace tfring

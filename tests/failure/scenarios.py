@@ -167,6 +167,7 @@ def extra_unnamed_call():
 def peer_timeout():
     # A rank that stops its background thread's answers without dying (SIGSTOP) is caught
     # by TFRING_PEER_TIMEOUT_SECONDS, set low by the test.
+    pids = tfring.allgather_object(os.getpid(), name="pids")
     tfring.allreduce(tf.constant([1.0]), name="warmup")
     if tfring.rank() == 1:
         say("stopping myself")
@@ -178,6 +179,10 @@ def peer_timeout():
     except tf.errors.UnavailableError as e:
         say(f"caught after {time.time() - start:.1f} s: {e.message}")
         sys.stdout.flush()
+        # The stopped rank stays a rank that never came back: mpirun's end of the job would
+        # continue it (SIGCONT before its SIGTERM), and it would then fail and dump its flight
+        # recorder too, or not, as the race goes.
+        os.kill(pids[1], signal.SIGKILL)
         os._exit(4)
 
 

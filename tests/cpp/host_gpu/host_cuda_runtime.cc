@@ -231,7 +231,24 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  Enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); });
+  if (count == 0) return cudaSuccess;
+  if (stream != nullptr && !host_gpu::Live(stream)) return cudaErrorInvalidResourceHandle;
+  if (host_gpu::IsDeviceMemory(dst, count) && host_gpu::IsDeviceMemory(src, count)) {
+    Enqueue(stream, [dst, src, count] { std::memmove(dst, src, count); });
+    return cudaSuccess;
+  }
+  // Host buffers are pageable here (nothing is pinned), and CUDA's "API synchronization
+  // behavior" says: from pageable memory, the data is staged at once and written in stream
+  // order; into pageable memory, the call returns only once the copy is done, so it waits
+  // for the stream's earlier work (a collective waiting on a peer, say) without returning.
+  if (host_gpu::IsDeviceMemory(dst, count)) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + count);
+    Enqueue(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    return cudaSuccess;
+  }
+  if (stream != nullptr) host_gpu::Drain(stream);
+  std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
@@ -268,44 +285,56 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  std::shared_ptr<host_gpu::EventState> state = event->state;
-  uint64_t id;
+  auto record = std::make_shared<host_gpu::Record>();
   {
-    std::lock_guard<std::mutex> lock(state->mu);
-    id = ++state->recorded;
+    std::lock_guard<std::mutex> lock(event->state->mu);
+    event->state->latest = record;
   }
-  Enqueue(stream, [state, id] {
-    std::lock_guard<std::mutex> lock(state->mu);
-    state->completed = std::max(state->completed, id);
-    state->cv.notify_all();
+  Enqueue(stream, [record] {
+    std::lock_guard<std::mutex> lock(record->mu);
+    record->done = true;
+    record->cv.notify_all();
   });
   return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t event) {
+namespace host_gpu {
+namespace {
+
+std::shared_ptr<Record> Latest(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(event->state->mu);
-  return event->state->completed >= event->state->recorded ? cudaSuccess : cudaErrorNotReady;
+  return event->state->latest;
+}
+
+void WaitFor(const std::shared_ptr<Record>& record) {
+  if (record == nullptr) return;
+  std::unique_lock<std::mutex> lock(record->mu);
+  record->cv.wait(lock, [&] { return record->done; });
+}
+
+}  // namespace
+}  // namespace host_gpu
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  const std::shared_ptr<host_gpu::Record> record = host_gpu::Latest(event);
+  if (record == nullptr) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(record->mu);
+  return record->done ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::shared_ptr<host_gpu::EventState> state = event->state;
-  std::unique_lock<std::mutex> lock(state->mu);
-  const uint64_t target = state->recorded;
-  state->cv.wait(lock, [&] { return state->completed >= target; });
+  host_gpu::WaitFor(host_gpu::Latest(event));
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
-  std::shared_ptr<host_gpu::EventState> state = event->state;
-  uint64_t target;
-  {
-    std::lock_guard<std::mutex> lock(state->mu);
-    target = state->recorded;  // the event's latest record when the wait was queued
-  }
-  Enqueue(stream, [state, target] {
-    std::unique_lock<std::mutex> lock(state->mu);
-    state->cv.wait(lock, [&] { return state->completed >= target; });
-  });
+  std::shared_ptr<host_gpu::Record> record = host_gpu::Latest(event);  // the one recorded now
+  if (record != nullptr) Enqueue(stream, [record] { host_gpu::WaitFor(record); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  host_gpu::DrainAll();
   return cudaSuccess;
 }
 

@@ -35,11 +35,17 @@ struct CUstream_st {
 
 namespace host_gpu {
 
-struct EventState {
+// One cudaEventRecord: done once its stream has passed it. A wait holds the record it was
+// queued for, so a later record (on any stream) neither releases nor delays it.
+struct Record {
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t recorded = 0;   // records so far
-  uint64_t completed = 0;  // the latest record the stream has passed
+  bool done = false;
+};
+
+struct EventState {
+  std::mutex mu;
+  std::shared_ptr<Record> latest;  // null: never recorded (complete, as CUDA's)
 };
 
 // Queues `task` on `stream` (run at once, on this thread, for the null stream).

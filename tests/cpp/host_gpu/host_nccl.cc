@@ -41,6 +41,7 @@ struct Call {
 
 thread_local int group_depth = 0;
 thread_local std::vector<Call> group_calls;
+thread_local ncclResult_t group_error = ncclSuccess;  // the first call a group refused
 thread_local std::string last_error_text;
 
 // Every rank's `bytes` from `mine` (this rank's) and the peers' messages, combined in rank
@@ -139,7 +140,8 @@ void RunAll(const std::vector<Call>& calls) {
     call.comm->WaitUntilAborted();
   };
   for (const Call& call : calls) {
-    if (call.comm->async_error() != ncclSuccess) return failed(call);
+    const ncclResult_t state = call.comm->async_error();  // in progress: its own launch
+    if (state != ncclSuccess && state != ncclInProgress) return failed(call);
     if (!(call.kind == kP2p && call.is_recv) && Run(call) != ncclSuccess) return failed(call);
   }
   for (const Call& call : calls) {
@@ -153,37 +155,57 @@ ncclResult_t Error(ncclResult_t rc, const std::string& why) {
 }
 
 // Checks a call and queues it (or keeps it for the group's end).
+// Queues `calls` on the first one's stream (tfring gives a group one stream); a
+// non-blocking communicator is in progress for a moment after (ncclInProgress).
+ncclResult_t Launch(std::vector<Call> calls) {
+  bool nonblocking = false;
+  for (const Call& call : calls) {
+    if (call.comm->nonblocking()) {
+      call.comm->Launched();
+      nonblocking = true;
+    }
+  }
+  cudaStream_t stream = calls[0].stream;
+  Enqueue(stream, [calls] { RunAll(calls); });
+  return nonblocking ? ncclInProgress : ncclSuccess;
+}
+
+// Checks a call and launches it, or keeps it for the group's end. A call refused inside a
+// group fails the whole group at ncclGroupEnd, as NCCL's.
 ncclResult_t Submit(Call call, ncclComm_t comm, const void* in, size_t in_bytes, void* out,
                     size_t out_bytes) {
-  if (comm == nullptr) return Error(ncclInvalidArgument, "a null communicator");
+  auto refuse = [](ncclResult_t rc, const std::string& why) {
+    if (group_depth > 0 && group_error == ncclSuccess) group_error = rc;
+    return Error(rc, why);
+  };
+  if (comm == nullptr) return refuse(ncclInvalidArgument, "a null communicator");
   call.comm = comm->state;
   const ncclResult_t state = call.comm->async_error();
-  if (call.comm->revoked()) return Error(ncclInvalidUsage, "the communicator was revoked");
-  if (state != ncclSuccess) {
-    return Error(state == ncclInProgress ? ncclInvalidUsage : state,
-                 state == ncclInProgress ? "the communicator's init has not finished"
-                                         : "the communicator has failed");
+  if (call.comm->revoked()) return refuse(ncclInvalidUsage, "the communicator was revoked");
+  if (state == ncclInProgress) {
+    // ncclCommEnsureReady's answer: a call must wait until the last one has finished.
+    return refuse(ncclInvalidArgument, "the communicator is still in progress (its init or "
+                                       "its last call)");
   }
-  if (TypeSize(call.type) == 0) return Error(ncclInvalidArgument, "a data type not emulated");
+  if (state != ncclSuccess) return refuse(state, "the communicator has failed");
+  if (TypeSize(call.type) == 0) return refuse(ncclInvalidArgument, "a data type not emulated");
   if (call.op >= ncclNumOps) {
     const size_t i = static_cast<size_t>(call.op - ncclNumOps);
-    if (i >= comm->premulsum.size()) return Error(ncclInvalidArgument, "an unknown reduction");
+    if (i >= comm->premulsum.size()) return refuse(ncclInvalidArgument, "an unknown reduction");
     call.scale = comm->premulsum[i].second;
     call.op = kPreMulSum;
   }
   // NCCL's pointer check (NCCL_CHECK_POINTERS=1), always: a host pointer is refused here.
   if ((in_bytes > 0 && !IsDeviceMemory(in, in_bytes)) ||
       (out_bytes > 0 && !IsDeviceMemory(out, out_bytes))) {
-    return Error(ncclInvalidArgument, "a buffer that is not device memory (NCCL's pointer check)");
+    return refuse(ncclInvalidArgument,
+                  "a buffer that is not device memory (NCCL's pointer check)");
   }
   if (group_depth > 0) {
     group_calls.push_back(std::move(call));
-  } else {
-    std::vector<Call> one{std::move(call)};
-    cudaStream_t stream = one[0].stream;
-    Enqueue(stream, [one] { RunAll(one); });
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  return Launch({std::move(call)});
 }
 
 Call NewCall(Kind kind, const void* send, void* recv, size_t count, ncclDataType_t type, int op,
@@ -319,10 +341,11 @@ ncclResult_t ncclGroupEnd() {
   if (--host_gpu::group_depth > 0) return ncclSuccess;
   std::vector<host_gpu::Call> calls;
   calls.swap(host_gpu::group_calls);
+  const ncclResult_t refused = host_gpu::group_error;
+  host_gpu::group_error = ncclSuccess;
+  if (refused != ncclSuccess) return refused;  // nothing of the group runs
   if (calls.empty()) return ncclSuccess;
-  cudaStream_t stream = calls[0].stream;
-  host_gpu::Enqueue(stream, [calls] { host_gpu::RunAll(calls); });
-  return ncclSuccess;
+  return host_gpu::Launch(std::move(calls));
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,

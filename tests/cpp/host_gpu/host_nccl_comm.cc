@@ -89,16 +89,26 @@ CommState::~CommState() {
 }
 
 ncclResult_t CommState::Fail(ncclResult_t rc, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (revoked()) return ncclInvalidUsage;  // quiescent: what revoked calls meet is no error
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (last_error_.empty()) last_error_ = why;
-  }
+  if (last_error_.empty()) last_error_ = why;
   ncclResult_t expected = ncclSuccess;
   async_error_.compare_exchange_strong(expected, rc);
   expected = ncclInProgress;
   async_error_.compare_exchange_strong(expected, rc);
   return rc;
+}
+
+void CommState::Launched() {
+  ncclResult_t expected = ncclSuccess;
+  if (!async_error_.compare_exchange_strong(expected, ncclInProgress)) return;
+  // NCCL's host side of a launch on a non-blocking communicator ends shortly after: until
+  // then the communicator reports ncclInProgress and takes no other call.
+  std::thread([self = shared_from_this()] {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ncclResult_t in_progress = ncclInProgress;
+    self->async_error_.compare_exchange_strong(in_progress, ncclSuccess);
+  }).detach();
 }
 
 std::string CommState::last_error() {
@@ -201,22 +211,31 @@ void CommState::Read(int peer) {
 
 ncclResult_t CommState::Send(int peer, uint32_t kind, const void* data, size_t bytes) {
   if (aborted() || revoked()) return ncclInvalidUsage;
-  if (peer == rank_ || peer < 0 || peer >= size_) {
+  if (peer < 0 || peer >= size_) {
     return Fail(ncclInvalidArgument, "a send to rank " + std::to_string(peer));
+  }
+  if (peer == rank_) {  // to itself (NCCL pairs it with a receive in the same group)
+    Message m;
+    m.kind = kind;
+    m.bytes.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    peers_[peer]->inbox.push_back(std::move(m));
+    cv_.notify_all();
+    return ncclSuccess;
   }
   Peer& p = *peers_[peer];
   std::lock_guard<std::mutex> lock(p.send_mu);
   const Header h{kMagic, kind, bytes};
   if (!WriteAll(p.fd, &h, sizeof(h)) || !WriteAll(p.fd, data, bytes)) {
-    if (aborted()) return ncclInvalidUsage;
-    return Fail(ncclRemoteError, "rank " + std::to_string(peer) + " closed its connection "
-                                 "(it died or aborted its communicator)");
+    // A peer that is gone: as NCCL over NVLink or shared memory, nothing says so; the
+    // collective waits (kLost) until this rank aborts or revokes it.
+    return aborted() ? ncclInvalidUsage : kLost;
   }
   return ncclSuccess;
 }
 
 ncclResult_t CommState::Receive(int peer, uint32_t kind, void* data, size_t bytes) {
-  if (peer == rank_ || peer < 0 || peer >= size_) {
+  if (peer < 0 || peer >= size_) {
     return Fail(ncclInvalidArgument, "a receive from rank " + std::to_string(peer));
   }
   Peer& p = *peers_[peer];
@@ -225,11 +244,7 @@ ncclResult_t CommState::Receive(int peer, uint32_t kind, void* data, size_t byte
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !p.inbox.empty() || p.closed || aborted() || revoked(); });
     if (aborted() || revoked()) return ncclInvalidUsage;
-    if (p.inbox.empty()) {
-      lock.unlock();
-      return Fail(ncclRemoteError, "rank " + std::to_string(peer) + " closed its connection "
-                                   "(it died or aborted its communicator)");
-    }
+    if (p.inbox.empty()) return kLost;  // the peer closed its end: see Send
     m = std::move(p.inbox.front());
     p.inbox.pop_front();
   }
@@ -256,10 +271,16 @@ void CommState::WaitUntilAborted() {
 }
 
 void CommState::Revoke() {
-  std::lock_guard<std::mutex> lock(mu_);
-  revoked_.store(true);
-  async_error_.store(ncclSuccess);
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    revoked_.store(true);
+    async_error_.store(ncclInProgress);  // until its work has stopped (nccl.h)
+    cv_.notify_all();
+  }
+  std::thread([self = shared_from_this()] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    self->async_error_.store(ncclSuccess);
+  }).detach();
 }
 
 ncclResult_t CommState::ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
@@ -297,6 +318,7 @@ void CommState::Abort() {
 ncclResult_t StartConnecting(ncclComm* comm, const ncclConfig_t* config,
                              std::function<ncclResult_t()> connect) {
   std::shared_ptr<CommState> state = comm->state;
+  state->set_nonblocking(config != nullptr && config->blocking == 0);
   auto run = [state, connect] {
     if (connect() == ncclSuccess) state->set_async_error(ncclSuccess);
   };

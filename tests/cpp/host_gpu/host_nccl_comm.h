@@ -27,7 +27,11 @@ struct Message {
   std::vector<char> bytes;
 };
 
-class CommState {
+// What Send and Receive return when the peer is gone: not an error the communicator
+// reports (see Send); the collective waits until the communicator is aborted or revoked.
+constexpr ncclResult_t kLost = static_cast<ncclResult_t>(-1);
+
+class CommState : public std::enable_shared_from_this<CommState> {
  public:
   CommState(int rank, int size, const ncclUniqueId& id) : rank_(rank), size_(size), id_(id) {}
   ~CommState();
@@ -41,16 +45,23 @@ class CommState {
   // Connects to every peer (a rendezvous through the id's socket names); ncclSuccess or the
   // error, with last_error() saying why.
   ncclResult_t Connect();
-  // Sends `bytes` to `peer`, tagged with `kind` (the collective).
+  // Sends `bytes` to `peer` (itself too), tagged with `kind` (the collective); kLost where
+  // the peer is gone.
   ncclResult_t Send(int peer, uint32_t kind, const void* data, size_t bytes);
-  // Receives the next message from `peer`, which must be of `kind` and `bytes` long.
+  // Receives the next message from `peer`, which must be of `kind` and `bytes` long; kLost
+  // where the peer is gone.
   ncclResult_t Receive(int peer, uint32_t kind, void* data, size_t bytes);
   // Receives the next message of `kind` from `peer`, dropping any other (what a revoked or
   // idle collective left), until `stop` is set: a grow's id, through its parent.
   ncclResult_t ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
                               const CommState& stop);
 
-  // ncclInProgress while connecting; then ncclSuccess, or the first error.
+  // A call launched on a non-blocking communicator: ncclInProgress for a moment, as NCCL's
+  // host side of the launch.
+  void Launched();
+  bool nonblocking() const { return nonblocking_; }
+  void set_nonblocking(bool value) { nonblocking_ = value; }
+  // ncclInProgress while connecting or launching; then ncclSuccess, or the first error.
   ncclResult_t async_error() const { return async_error_.load(); }
   void set_async_error(ncclResult_t rc) { async_error_.store(rc); }
   std::string last_error();
@@ -61,7 +72,7 @@ class CommState {
   // collective that failed.
   void WaitUntilAborted();
   // ncclCommRevoke: the collectives in flight stop (their streams go on) and no other may
-  // start; the communicator is quiescent at once (ncclSuccess), kept for a shrink.
+  // start; ncclInProgress for a moment, then quiescent (ncclSuccess), kept for a shrink.
   void Revoke();
   bool revoked() const { return revoked_.load(); }
   // Stops everything: waiting receives and sends fail, the readers end. Idempotent. Not
@@ -91,6 +102,7 @@ class CommState {
   std::atomic<ncclResult_t> async_error_{ncclInProgress};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> revoked_{false};
+  bool nonblocking_ = false;  // ncclConfig_t's blocking = 0
   std::atomic<bool> readers_joined_{false};
 };
 

@@ -147,10 +147,15 @@ Status NcclExecutor::AcrossHosts(void* buffer, int64_t bytes, int64_t count, Dat
                                  ReduceOp op, Status local) {
   if (local.ok() && bytes > 0) {
     host_staging_.resize(bytes);
-    const cudaError_t rc = cudaMemcpyAsync(host_staging_.data(), buffer, bytes,
-                                           cudaMemcpyDeviceToHost, stream_);
-    local = rc == cudaSuccess ? Complete("NCCL reduce inside this host")
-                              : Fail(CudaStatus(rc, "cudaMemcpyAsync", __FILE__, __LINE__));
+    // The reduce first, watched: the copy into pageable memory would wait for it unwatched
+    // (ThroughHost says why).
+    local = Complete("NCCL reduce inside this host");
+    if (local.ok()) {
+      const cudaError_t rc = cudaMemcpyAsync(host_staging_.data(), buffer, bytes,
+                                             cudaMemcpyDeviceToHost, stream_);
+      local = rc == cudaSuccess ? Complete("copying this host's reduce to the host")
+                                : Fail(CudaStatus(rc, "cudaMemcpyAsync", __FILE__, __LINE__));
+    }
   }
   int32_t failed_here = local.ok() ? 0 : 1, failed_anywhere = 0;
   const Status agreed = cross_host_->Allreduce(&failed_here, &failed_anywhere, 1,

@@ -283,6 +283,11 @@ Status NcclExecutor::ThroughHost(void* device_buffer, int64_t bytes, const std::
                                  const std::function<Status(char* host)>& fn) {
   if (bytes == 0) return Status::OK();
   host_staging_.resize(bytes);
+  // A copy into pageable host memory returns only once it has completed, so it would wait,
+  // unwatched, for the collective queued before it: a peer lost in that collective would
+  // leave this thread there for ever, never aborting. That collective is waited for first,
+  // watched (the peers' notices, the peer timeout).
+  TFRING_RETURN_IF_ERROR(Complete("the NCCL collective before copying to the host to " + why));
   TFRING_CUDA_CHECK(cudaMemcpyAsync(host_staging_.data(), device_buffer, bytes,
                                     cudaMemcpyDeviceToHost, stream_));
   TFRING_RETURN_IF_ERROR(Complete("copying a tensor to the host to " + why));
