@@ -2,11 +2,11 @@
 `suite: N passed, N failed, N skipped in T s`.
 
 Stages, in order: native runtime tests (threads as ranks; then MPI at 2, 3 and 4 ranks; NCCL
-at one rank per GPU, or, where there is none, on the host GPU: CUDA and NCCL emulated on the
-host, tests/cpp/host_gpu) while the same native tests
-are built with AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure
-tests whose bounds are tight, one at a time; unit tests (one process); the sanitized native
-tests, two at a time; parallel tests under mpirun at 2 ranks and, those whose outcome depends
+at one rank per GPU where there are GPUs) while the same native tests are built with
+AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure tests whose
+bounds are tight, one at a time; unit tests (one process); the sanitized native tests, two
+at a time, and beside them, where there is no GPU, the NCCL tests on the host GPU (CUDA and
+NCCL emulated on the host, tests/cpp/host_gpu); parallel tests under mpirun at 2 ranks and, those whose outcome depends
 on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
 tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, jobs
@@ -332,7 +332,7 @@ def native_stages():
 def main():
     started = time.time()
     builds = SanitizerBuilds()
-    results = [stage(*spec) for spec in native_stages() + host_gpu_stages()]
+    results = [stage(*spec) for spec in native_stages()]
     # The failure tests whose bounds are seconds from an event (a kill, a stop) run alone
     # (tests/failure/conftest.py): here, beside the builds' idle-priority compiles only.
     results.append(stage(*SERIAL_FAILURES))
@@ -344,7 +344,12 @@ def main():
         print(f"[suite] native binaries the build should have made are missing: "
               f"{', '.join(sorted(missing))} (make test builds them)", flush=True)
     results.append((0, len(missing), 0))
-    results += stages_two_at_a_time(sanitized_stages())
+    # The NCCL tests on the host GPU beside the sanitized ones: both mostly wait (on
+    # timeouts, peers, sockets), and the host GPU's would add half a minute alone.
+    with concurrent.futures.ThreadPoolExecutor(1) as beside:
+        host_gpu = beside.submit(lambda: [stage(*spec) for spec in host_gpu_stages()])
+        results += stages_two_at_a_time(sanitized_stages())
+        results += host_gpu.result()
     stages = []
     stages.append(("parallel np=2", MPIRUN + ["-np", "2", "--tag-output"] + PYTEST +
                    ["-x", "tests/parallel"], 900, "[1,0]<stdout>", PARALLEL_ENV))
