@@ -6,8 +6,8 @@ at one rank per GPU where there are GPUs) while the same native tests are built 
 AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure tests whose
 bounds are tight, one at a time; unit tests (one process); the sanitized native tests, two
 at a time, and beside them, where there is no GPU, the NCCL tests on the host GPU (CUDA and
-NCCL emulated on the host, tests/cpp/host_gpu); parallel tests under mpirun at 2 ranks and, those whose outcome depends
-on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
+NCCL emulated on the host, tests/cpp/host_gpu); parallel tests under mpirun at 2 ranks and,
+those whose outcome depends on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
 tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, jobs
 with init(comm=...) and mpi4py, and the examples (each run under mpirun as a user would),
@@ -315,12 +315,10 @@ def native_stages():
     for binary in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*"))):
         name = os.path.basename(binary)
         if "nccl" in name:
-            if not visible_gpus():
-                continue  # host_gpu_stages() runs it
-            # One rank per GPU; it skips (saying why) where no GPU is visible.
-            n = str(max(1, visible_gpus()))
-            stages.append((f"native {name} np={n}", MPIRUN + ["-np", n, binary], 300, None,
-                           None, True))
+            gpus = visible_gpus()
+            if gpus:  # one rank per GPU; without one, host_gpu_stages() runs it
+                stages.append((f"native {name} np={gpus}", MPIRUN + ["-np", str(gpus), binary],
+                               300, None, None, True))
         elif "mpi" in name:
             for n in (2, 3, 4):
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))

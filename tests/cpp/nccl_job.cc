@@ -185,8 +185,8 @@ void SurvivorsGpuEnvironment::SetUp() {
 }
 
 void SurvivorsGpuEnvironment::TearDown() {
-  // As tfring.elastic's workers do (tfring/_elastic/process_end.py): seen about once in six
-  // runs of scenario_nccl_reset on Open MPI 5.0.11.
+  // As tfring.elastic's workers do (tfring/_elastic/process_end.py): needed in about one run
+  // in three of scenario_nccl_reset on Open MPI 5.0.11 (7 of 20, 2026-12-03).
   EndWithinSeconds(5, "MPI_Finalize did not return within 5 s after a rank was lost (Open "
                       "MPI's fault tolerance can leave it waiting)");
   Scenario().mpi.Finalize();
