@@ -6,7 +6,8 @@ at one rank per GPU where there are GPUs) while the same native tests are built 
 AddressSanitizer+UBSan and with ThreadSanitizer at idle priority; the failure tests whose
 bounds are tight, one at a time; unit tests (one process); the sanitized native tests, two
 at a time, and beside them, where there is no GPU, the NCCL tests on the host GPU (CUDA and
-NCCL emulated on the host, tests/cpp/host_gpu); parallel tests under mpirun at 2 ranks and,
+NCCL emulated on the host, tests/cpp/host_gpu), then the GPU runtime compiled against CUDA
+12's wheels (tools/cuda12_compile_check.py); parallel tests under mpirun at 2 ranks and,
 those whose outcome depends on the job's size, at 3 (Keras 3); the tf_keras tests under mpirun with
 TF_USE_LEGACY_KERAS=1 at 2 and 3 ranks alike; where nvidia-smi lists GPUs, TensorFlow's GPU
 tests at one GPU per rank; the Adasum tests at 4 ranks; the other failure scenarios, jobs
@@ -264,12 +265,16 @@ def missing_native_binaries():
 
 
 HOST_GPU = os.path.join(ROOT, "build", "tests", "host_gpu")
+# The GPU runtime compiled (syntax only) against the CUDA 12 wheels TensorFlow's GPU build
+# runs with, oldest and newest; the build itself compiles it against CUDA 13's.
+CUDA12_COMPILE = ("GPU runtime against CUDA 12's wheels",
+                  [sys.executable, os.path.join(ROOT, "tools", "cuda12_compile_check.py")], 600)
 
 
 def host_gpu_stages():
     """Where no GPU is visible, the NCCL executor's native tests on the host GPU
-    (tests/cpp/host_gpu/host_gpu.h: CUDA and NCCL emulated on the host, preloaded in each
-    rank), through tools/gpu_ranks.sh as on a one-GPU machine: the ordering, fusion, every
+    (tests/cpp/host_gpu/host_gpu.h: CUDA and NCCL emulated on the host, the library each
+    rank's calls go to), through tools/gpu_ranks.sh as on a one-GPU machine: the ordering, fusion, every
     collective's offsets and the failure funnel, at 2 and 3 ranks, and 4 as two hosts; two
     ranks on one GPU; and the elastic scenarios under ULFM (a rank killed mid-allreduce, the
     survivors' world shrunk, a worker joining), with NCCL's reshaping calls, and the reset
@@ -277,8 +282,11 @@ def host_gpu_stages():
     library = os.path.join(HOST_GPU, "libtfring_host_gpu.so")
     if visible_gpus() or not glob.glob(os.path.join(ROOT, "build", "tests", "test_nccl_*")):
         return []  # a GPU runs them natively; a build without NCCL has none
-    preload = {"LD_PRELOAD": library, "LD_LIBRARY_PATH": HOST_GPU}
-    exported = [word for k, v in preload.items() for word in ("-x", f"{k}={v}")]
+    # tfring's calls go to the files these name (backends/nccl/nccl_library.h); the driver,
+    # libcuda.so.1 beside it, is found on the library path.
+    chosen = {"TFRING_NCCL_LIBRARY": library, "TFRING_CUDA_RUNTIME_LIBRARY": library,
+              "LD_LIBRARY_PATH": HOST_GPU}
+    exported = [word for k, v in chosen.items() for word in ("-x", f"{k}={v}")]
     ulfm = ["--with-ft", "ulfm", "-x", "TFRING_NCCL_RESHAPE"]
     # (binary, ranks, its arguments, settings, mpirun's own flags)
     runs = [("test_nccl_runtime", 2, [], {}, []), ("test_nccl_runtime", 3, [], {}, []),
@@ -292,13 +300,13 @@ def host_gpu_stages():
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto"}, ulfm),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "off"}, ulfm),
             # The joining worker is spawned by MPI's daemon, which passes on its own
-            # environment, not mpirun's -x: the preload goes to mpirun itself.
-            ("scenario_nccl_grow", 2, [], dict(preload, TFRING_NCCL_RESHAPE="auto"), ulfm)]
+            # environment, not mpirun's -x: the settings go to mpirun itself.
+            ("scenario_nccl_grow", 2, [], dict(chosen, TFRING_NCCL_RESHAPE="auto"), ulfm)]
     stages = []
     for binary, n, args, env, flags in runs:
         command = [os.path.join(ROOT, "tools", "gpu_ranks.sh"), str(n),
                    os.path.join(ROOT, "build", "tests", binary), "--timeout_seconds=120"] + args
-        mpirun = " ".join(MPIRUN + flags + ([] if "LD_PRELOAD" in env else exported))
+        mpirun = " ".join(MPIRUN + flags + ([] if "TFRING_NCCL_LIBRARY" in env else exported))
         setting = f" {env['TFRING_NCCL_RESHAPE']}" if "TFRING_NCCL_RESHAPE" in env else ""
         stages.append((f"native {binary} np={n}{setting} [host GPU]", command, 180, None,
                        dict(env, MPIRUN=mpirun)))
@@ -345,7 +353,8 @@ def main():
     # The NCCL tests on the host GPU beside the sanitized ones: both mostly wait (on
     # timeouts, peers, sockets), and the host GPU's would add half a minute alone.
     with concurrent.futures.ThreadPoolExecutor(1) as beside:
-        host_gpu = beside.submit(lambda: [stage(*spec) for spec in host_gpu_stages()])
+        host_gpu = beside.submit(lambda: [stage(*spec) for spec in host_gpu_stages()] +
+                                 [stage(*CUDA12_COMPILE)])
         results += stages_two_at_a_time(sanitized_stages())
         results += host_gpu.result()
     stages = []

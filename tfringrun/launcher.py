@@ -14,8 +14,6 @@ status. Options after the program are the program's.
 """
 
 import argparse
-import functools
-import importlib.util
 import os
 import shlex
 import shutil
@@ -24,121 +22,15 @@ import subprocess
 import sys
 import tempfile
 
-from tfringrun import discovery, exports, operators
+from tfringrun import build_check, discovery, exports, operators
 
-# tfring/_elastic/process_end.py's name for it: where each elastic worker notes how it ended.
-
-# tfring itself is not imported: that would import TensorFlow, seconds of start-up and a
-# screen of logs for a launcher. tfring/build/toolchain.py (standard library only) answers where
-# the build is and which MPI it uses; it is loaded from tfring's folder by path, so that
-# tfring/__init__.py (which imports TensorFlow) does not run.
-REBUILD_COMMAND = "python -m tfring.build"
-
-
-@functools.lru_cache(maxsize=None)
-def tfring_module(name):
-    """tfring's module `name` ("build.toolchain"), one of standard library only, loaded
-    without importing the tfring package."""
-    if f"tfring.{name}" in sys.modules:  # tfring is imported already (a test)
-        return sys.modules[f"tfring.{name}"]
-    spec = importlib.util.find_spec("tfring")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("tfringrun: tfring is not installed in this Python")
-    path = os.path.join(list(spec.submodule_search_locations)[0], *name.split(".")) + ".py"
-    module_spec = importlib.util.spec_from_file_location("_tfring_" + name.replace(".", "_"),
-                                                         path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-def toolchain():
-    """tfring's build toolchain module (where the build is, which MPI it uses)."""
-    return tfring_module("build.toolchain")
+from tfringrun.tfring_modules import tfring_module, toolchain
 
 
 def elastic_environment():
     """The variables through which tfringrun tells an elastic job's workers what it was
     asked, as the library reads them (tfring/_elastic/environment.py)."""
     return tfring_module("_elastic.environment")
-
-
-def build_info():
-    """tfring's build record for this environment; ImportError when it has none."""
-    tc = toolchain()
-    entry = tc.entry_dir()
-    record = tc.read_record(entry)
-    if record is None:
-        raise ImportError(f"tfring's C++ library is not built yet in {entry}; the first "
-                          f"`import tfring` builds it, or run {REBUILD_COMMAND}")
-    return record
-
-
-
-def check_build(out=sys.stdout):
-    """Prints what was built where for this environment; returns 0, or 1 when there is no
-    library that `import tfring` would load as it is (it would build one first)."""
-    tc = toolchain()
-    try:
-        entry = tc.entry_dir()
-    except tc.BuildError as e:
-        print(f"tfring: cannot build here: {e}", file=out)
-        return 1
-    dist, installed = tc.tensorflow_distribution()
-    record = tc.read_record(entry)
-    # The record's TF version is tf.__version__ ("2.21.0-rc0"); pip's is "2.21.0rc0": compare
-    # pip's with the pip version the build recorded beside it.
-    stale = tc.stale_reason(entry, None)
-    if not stale and record and record.get("tensorflow_distribution") not in (None, installed):
-        stale = (f"it was built for TensorFlow {record.get('tensorflow_distribution')}, and "
-                 f"TensorFlow {installed} is installed")
-    lines = ["tfring build:",
-             f"  Build folder    {entry}",
-             f"  TensorFlow      {installed} ({dist})" if installed else
-             "  TensorFlow      not installed: pip install 'tfring[cpu]' or 'tfring[gpu]'"]
-    if record is None:
-        lines.append(f"  Library         not built yet: the first `import tfring` builds it "
-                     f"(or run {REBUILD_COMMAND})")
-    else:
-        if record.get("nccl"):
-            nccl_line = (f"built, NCCL {record.get('nccl_version')} "
-                         f"({record.get('nccl_library')})")
-        else:
-            nccl_line = f"not built ({record.get('nccl_not_built_because') or 'no NCCL found'})"
-        if record.get("xla"):
-            xla_line = ("built: allreduce, grouped_allreduce, broadcast, reducescatter run "
-                        "inside jit_compile=True functions on the host")
-        else:
-            xla_line = (f"not built ({record.get('xla_not_built_because') or 'an older build'}): "
-                        "XLA stays off for steps with tfring's ops")
-        library = os.path.join(entry, tc.LIBRARY_NAME)
-        state = f"; stale: {stale}, `import tfring` rebuilds it" if stale else ""
-        lines += [
-            f"  Library         {library} (built {record.get('built_at', '?')} for "
-            f"TensorFlow {record['tensorflow']}{state})",
-            f"  MPI             {record['mpi_version']} ({record['mpicxx']})",
-            f"  NCCL (GPU ops)  {nccl_line}",
-            f"  XLA lowerings   {xla_line}",
-            "  Collectives     allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
-            "reducescatter: host tensors over MPI" +
-            ("; GPU tensors over NCCL" if record.get("nccl") else ""),
-        ]
-    lines.append(f"  GPUs visible    {_visible_gpus()}")
-    print("\n".join(lines), file=out)
-    return 0 if record is not None and not stale else 1
-
-
-def _visible_gpus():
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "none (no nvidia-smi)"
-    try:
-        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"unknown ({e})"
-    names = [line.split(":", 1)[1].split("(")[0].strip()
-             for line in listing.splitlines() if line.startswith("GPU ")]
-    return f"{len(names)}: {', '.join(names)}" if names else "none"
 
 
 # The collective components an elastic job leaves out (build_command).
@@ -384,7 +276,7 @@ def build_command(args, env, mpirun, flavor, is_root):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.check_build:
-        return check_build()
+        return build_check.check_build()
     mpirun = mpirun_path()
     version = mpirun_version(mpirun)
     flavor = mpi_flavor(mpirun, version)

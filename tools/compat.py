@@ -14,8 +14,12 @@ distribution, same version, no second TensorFlow), times the first `import tfrin
 builds the library), and runs tools/compat_smoke.py on 2 ranks.
 
 Two last rows do the same with the full `tensorflow` package (the GPU build, here on a machine
-without GPUs) installed first, tfring installed once from the sdist and once straight from
-the checkout (`pip install <checkout>`).
+without GPUs) and the `gpu` extra's CUDA 12 wheels (CUDA12_WHEELS) installed first, tfring
+installed once from the sdist and once straight from the checkout (`pip install <checkout>`).
+There the build must make the GPU path, and a process that imports TensorFlow and tfring and
+calls init() under LD_DEBUG=bindings must bind none of tfring's NCCL or CUDA calls to
+TensorFlow's libraries (its trampolines: docs/gpu.md, 'Which NCCL and CUDA runtime run');
+the result column says which NCCL and CUDA runtime the calls go to.
 
 It prints one Markdown table (release, TensorFlow and Keras installed, build seconds, result)
 for docs/tensorflow-versions.md. Not part of `make test`: it downloads a
@@ -25,7 +29,9 @@ two to four minutes per row on 2 cores.
 
 import argparse
 import glob
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +50,17 @@ REPORT_PROBE = (
     "for d in ('tensorflow', 'tensorflow-cpu', 'keras', 'keras-nightly', 'tfring'):\n"
     "    try: print(d, m.version(d))\n"
     "    except m.PackageNotFoundError: print(d, '-')\n")
+
+
+# What the gpu extra installs beside TensorFlow's GPU build (pyproject.toml), but TensorFlow
+# itself: the files tfring's GPU path is built against.
+CUDA12_WHEELS = ["nvidia-nccl-cu12", "nvidia-cuda-runtime-cu12", "nvidia-cuda-nvcc-cu12",
+                 "nvidia-cuda-cccl-cu12"]
+BINDINGS_PROBE = (
+    "import json, tensorflow, tfring\n"
+    "tfring.init()\n"
+    "from tfring._process import gpu_libraries\n"
+    "print('REPORT ' + json.dumps(gpu_libraries.report()))\n")
 
 
 class RowFailed(Exception):
@@ -101,6 +118,8 @@ def one_row(release, distribution, tfring_source, work, keras_mode="newest"):
         if not floor:
             raise RowFailed(f"{distribution} {release} declares no keras>=X requirement")
         run(pip + [f"keras=={floor[0]}"], 900, work, env, f"pip install keras=={floor[0]}")
+    if distribution == "tensorflow":
+        run(pip + CUDA12_WHEELS, 1800, work, env, "pip install the CUDA 12 wheels")
     before = installed(python, work)
     run(pip + [tfring_source], 900, work, env, f"pip install {tfring_source}")
     after = installed(python, work)
@@ -119,12 +138,55 @@ def one_row(release, distribution, tfring_source, work, keras_mode="newest"):
         raise RowFailed("the smoke test printed no result:\n" + out[-2000:])
     keras_version = after["keras"] if after["keras"] != "-" else \
         f"nightly {after['keras-nightly']}"
-    return tf_version, keras_version, seconds, "pass"
+    result = "pass" + (gpu_bindings(python, work, env) if distribution == "tensorflow" else "")
+    return tf_version, keras_version, seconds, result
+
+
+def gpu_bindings(python, work, env):
+    """Runs BINDINGS_PROBE under LD_DEBUG=bindings; fails the row where the GPU path was not
+    built or any of libtfring's nccl*/cuda* names is bound to another library; else says
+    which NCCL and CUDA runtime the calls go to."""
+    trace = os.path.join(work, "ld-bindings")
+    shutil.rmtree(trace, ignore_errors=True)
+    os.makedirs(trace)
+    out = run([python, "-c", BINDINGS_PROBE], 600, work,
+              dict(env, LD_DEBUG="bindings", LD_DEBUG_OUTPUT=os.path.join(trace, "ld")),
+              "the bindings probe")
+    report = json.loads(next(l for l in out.splitlines() if l.startswith("REPORT "))[7:])
+    if not report.get("built"):
+        raise RowFailed("the build made no GPU path beside TensorFlow's GPU build")
+    traced, bound = 0, []
+    for path in glob.glob(os.path.join(trace, "ld.*")):
+        with open(path, errors="replace") as f:
+            mine = [line.strip() for line in f
+                    if "binding file" in line and "libtfring.so" in line.split(" to ")[0]]
+        traced += len(mine)
+        bound += [line for line in mine if re.search(r"symbol `(nccl|cuda|cu)[A-Z]", line)]
+    if not traced:  # the check itself did not work: no binding of tfring's library seen
+        raise RowFailed("LD_DEBUG=bindings traced no binding of libtfring.so")
+    if bound:
+        raise RowFailed(f"{len(bound)} of tfring's NCCL/CUDA names bound by the dynamic "
+                        f"linker, e.g. {bound[0]}")
+    nccl, cuda = report["nccl"], report["cuda_runtime"]
+    if nccl["error"] or cuda["error"]:
+        raise RowFailed(f"tfring could not load its GPU libraries: {nccl['error']} "
+                        f"{cuda['error']}")
+    calls = "/".join(c for c in ("revoke", "shrink", "grow") if report[c])
+    return (f"; GPU path built, 0 NCCL/CUDA names bound to TensorFlow; calls go to "
+            f"{os.path.basename(nccl['file'])} {version(nccl['version'], 'nccl')} ({calls} "
+            f"found) and {os.path.basename(cuda['file'])} {version(cuda['version'], 'cuda')}")
+
+
+def version(code, kind):
+    if kind == "nccl":
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 10}"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--releases", nargs="+", default=RELEASES)
+    parser.add_argument("--releases", nargs="*", default=RELEASES,
+                        help="tensorflow-cpu releases (none: only the full package's rows)")
     parser.add_argument("--keras", choices=["newest", "floor", "nightly"], default="newest",
                         help="the newest Keras pip resolves, the oldest the release allows, "
                              "or keras-nightly (Keras's next release)")

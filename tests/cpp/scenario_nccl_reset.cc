@@ -23,6 +23,7 @@
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/backends/nccl/nccl_kept_world.h"
+#include "tfring/kernels/backends/nccl/nccl_library.h"
 
 namespace tfring {
 namespace testing {

@@ -4,6 +4,7 @@
 // are looked up, not made. Built in GPU builds (CI's has NCCL's headers and library).
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/nccl/nccl_kept_world.h"
+#include "tfring/kernels/backends/nccl/nccl_library.h"
 
 namespace tfring {
 namespace {

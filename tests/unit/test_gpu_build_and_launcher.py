@@ -11,7 +11,7 @@ import pytest
 
 from tfring._process import library
 from tfring.build import builder, toolchain
-from tfringrun import launcher
+from tfringrun import build_check, launcher
 
 
 def test_with_nccl_0_skips_the_gpu_path(monkeypatch):
@@ -28,7 +28,7 @@ def test_bad_with_nccl_value_is_an_error(monkeypatch):
 
 def test_nothing_found_auto_says_why_and_1_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(toolchain, "_package_dir", lambda name: None)
-    monkeypatch.setattr(toolchain, "_find", lambda roots, header, libs: None)
+    monkeypatch.setattr(toolchain, "_find_all", lambda roots, header, libs: [])
     monkeypatch.setenv("TFRING_WITH_NCCL", "auto")
     found, reason = builder.find_gpu_toolchain()
     assert found is None
@@ -57,6 +57,87 @@ def test_runtime_headers_without_crt_and_cccl_are_reported(monkeypatch, tmp_path
     assert toolchain._cuda_header_folders(str(include)) == ([str(include)], [])
 
 
+def _fake_cuda_tree(root, major):
+    """include/ and lib/ as a CUDA runtime of `major` has them (headers tfring checks for)."""
+    (root / "include" / "crt").mkdir(parents=True)
+    (root / "include" / "nv").mkdir()
+    (root / "include" / "cuda_runtime_api.h").write_text(f"#define CUDART_VERSION {major}050\n")
+    (root / "include" / "crt" / "host_defines.h").write_text("")
+    (root / "include" / "nv" / "target").write_text("")
+    (root / "lib").mkdir()
+    (root / "lib" / f"libcudart.so.{major}").write_text("")
+    return root
+
+
+def test_tensorflows_cuda_version_is_read_without_importing_it(tmp_path):
+    platform = tmp_path / "python" / "platform"
+    platform.mkdir(parents=True)
+    # As TensorFlow 2.21.0's GPU wheel and tensorflow-cpu write it.
+    (platform / "build_info.py").write_text(
+        "build_info = collections.OrderedDict([('cpu_compiler', 'clang'), ('cuda_version', "
+        "'12.5.1'), ('cudnn_version', '9'), ('is_cuda_build', True)])\n")
+    assert toolchain.tensorflow_cuda_version(str(tmp_path)) == "12.5.1"
+    (platform / "build_info.py").write_text(
+        "build_info = collections.OrderedDict([('is_cuda_build', False)])\n")
+    assert toolchain.tensorflow_cuda_version(str(tmp_path)) is None
+
+
+def test_a_cuda_12_tensorflow_with_only_cuda_13_builds_no_gpu_path_and_says_why(monkeypatch,
+                                                                               tmp_path):
+    monkeypatch.setattr(toolchain, "tensorflow_cuda_version", lambda tf_dir=None: "12.5.1")
+    cu13 = _fake_cuda_tree(tmp_path / "cu13", 13)
+    runtime = (str(cu13 / "include"), str(cu13 / "lib" / "libcudart.so.13"))
+    nccl = (str(tmp_path / "nccl" / "include"), str(tmp_path / "nccl" / "lib" / "libnccl.so.2"))
+    monkeypatch.setattr(toolchain, "_find_all",
+                        lambda roots, header, libs: [nccl if header == "nccl.h" else runtime])
+    monkeypatch.setenv("TFRING_WITH_NCCL", "auto")
+    found, reason = toolchain.find_gpu_toolchain()
+    assert found is None
+    assert "TensorFlow was built for CUDA 12.5.1" in reason and "CUDA 13 (" in reason, reason
+    assert "nvidia-cuda-runtime-cu12" in reason, reason
+    monkeypatch.setenv("TFRING_WITH_NCCL", "1")
+    with pytest.raises(builder.BuildError, match="TFRING_WITH_NCCL=1 but TensorFlow was built "
+                                                 "for CUDA 12.5.1"):
+        toolchain.find_gpu_toolchain()
+
+
+def test_the_runtime_of_tensorflows_cuda_major_is_chosen_and_the_nccl_wheel_checked(
+        monkeypatch, tmp_path):
+    cu12 = _fake_cuda_tree(tmp_path / "cu12", 12)
+    cu13 = _fake_cuda_tree(tmp_path / "cu13", 13)
+    runtimes = [(str(cu13 / "include"), str(cu13 / "lib" / "libcudart.so.13")),
+                (str(cu12 / "include"), str(cu12 / "lib" / "libcudart.so.12"))]
+    nccl_include = str(tmp_path / "nccl" / "include")
+    monkeypatch.setattr(toolchain, "_nccl_wheel_major", lambda include: None)
+    for tf_cuda, chosen in (("12.5.1", runtimes[1]), ("13.0.0", runtimes[0]),
+                            (None, runtimes[0])):  # no CUDA: the first, as before
+        monkeypatch.setattr(toolchain, "tensorflow_cuda_version", lambda tf_dir=None: tf_cuda)
+        assert toolchain._for_tensorflows_cuda(runtimes, nccl_include) == (chosen, "")
+    # The NCCL wheel for CUDA 13 beside a CUDA 12 TensorFlow is refused, naming it.
+    monkeypatch.setattr(toolchain, "tensorflow_cuda_version", lambda tf_dir=None: "12.5.1")
+    monkeypatch.setattr(toolchain, "_nccl_wheel_major", lambda include: 13)
+    chosen, reason = toolchain._for_tensorflows_cuda(runtimes, nccl_include)
+    assert chosen is None and "the CUDA 13 wheel (nvidia-nccl-cu13)" in reason, reason
+
+
+def test_the_nccl_wheels_cuda_major_comes_from_its_distribution():
+    include = os.path.join(toolchain._package_dir("nvidia.nccl") or "", "include")
+    if not os.path.exists(os.path.join(include, "nccl.h")):
+        pytest.skip("no NCCL wheel installed")
+    import importlib.metadata
+    installed = [m for m in (12, 13) if _installed(importlib.metadata, f"nvidia-nccl-cu{m}")]
+    assert toolchain._nccl_wheel_major(include) == (installed[0] if len(installed) == 1 else None)
+    assert toolchain._nccl_wheel_major("/usr/include") is None
+
+
+def _installed(metadata, name):
+    try:
+        metadata.version(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
 @pytest.mark.parametrize("record", ["as built", "without nccl"])
 def test_check_build_reports_tf_mpi_and_nccl(record, monkeypatch):
     info = dict(library.build_info())
@@ -65,7 +146,7 @@ def test_check_build_reports_tf_mpi_and_nccl(record, monkeypatch):
                     nccl_not_built_because="TFRING_WITH_NCCL=0")
         monkeypatch.setattr(toolchain, "read_record", lambda entry: info)
     out = io.StringIO()
-    assert launcher.check_build(out) == 0
+    assert build_check.check_build(out, probe=False) == 0
     text = out.getvalue()
     lines = text.splitlines()
     assert f"TensorFlow      {info['tensorflow']}" in text
@@ -80,6 +161,23 @@ def test_check_build_reports_tf_mpi_and_nccl(record, monkeypatch):
     assert text.count("NCCL (GPU ops)") == 1, text
     assert ("; GPU tensors over NCCL" in text) == bool(info["nccl"]), text
     assert ("XLA lowerings   built: allreduce" in text) == bool(info["xla"])
+
+
+def test_check_build_says_which_nccl_and_cuda_runtime_the_calls_go_to():
+    """As loaded beside TensorFlow in a Python of its own: files, versions, reshaping calls."""
+    info = library.build_info()
+    if not info["nccl"]:
+        pytest.skip("a build without the GPU path")
+    out = io.StringIO()
+    assert build_check.check_build(out) == 0
+    lines = out.getvalue().splitlines()
+    assert "  GPU calls go to (as loaded beside TensorFlow):" in lines, lines
+    nccl = next(line for line in lines if line.startswith("    NCCL "))
+    assert f"{info['nccl_library']} (NCCL {info['nccl_version']})" in nccl, nccl
+    assert "NCCL's reshaping calls: revoke " in nccl, nccl
+    runtime = next(line for line in lines if line.startswith("    CUDA runtime "))
+    assert f"{info['cuda_runtime_library']} (CUDA " in runtime, runtime
+    assert any(line.startswith("    GPUs ") for line in lines), lines
 
 
 def test_tfringrun_runs_mpirun_and_passes_the_exit_status():

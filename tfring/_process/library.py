@@ -79,6 +79,7 @@ def capi():
                                          ctypes.c_char_p]
     lib.tfring_set_process_set_world.argtypes = [ctypes.c_int64]
     lib.tfring_straggler_report.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.tfring_gpu_libraries.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.tfring_peer_timeout_seconds.restype = ctypes.c_double
     lib.tfring_stale_process_set_message.argtypes = [
         ctypes.POINTER(ctypes.c_int32), ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,

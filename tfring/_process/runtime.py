@@ -6,7 +6,7 @@ import enum
 import os
 import sys
 
-from tfring._process import flight_dump
+from tfring._process import flight_dump, gpu_libraries
 from tfring._process import library as _library
 from tfring._process import mpi_wheel
 
@@ -56,10 +56,21 @@ def start(comm=None):
                            handle, error, len(error))
     if code != 0:
         raise _INIT_ERRORS.get(code, RuntimeError)(f"tfring.init() failed: {error.value.decode()}")
+    if nccl_built():
+        # Loads NCCL and the CUDA runtime (the log at debug level names them) and raises
+        # where TensorFlow has GPUs that tfring's GPU path cannot serve.
+        gpu_libraries.check(_tensorflow_gpus)
     flight_dump.serve_stacks()
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
+
+
+def _tensorflow_gpus():
+    """How many GPUs TensorFlow sees (asked only when tfring's GPU path has a problem)."""
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
 
 
 def _at_exit():

@@ -32,13 +32,14 @@ import sys
 import time
 
 if __package__:
-    from tfring.build import toolchain
+    from tfring.build import entry_lock, toolchain
 else:  # `python tfring/build --native-only`: a script beside toolchain.py, no TF import
+    import entry_lock
     import toolchain
 BuildError = toolchain.BuildError
 find_mpicxx = toolchain.find_mpicxx
 find_gpu_toolchain = toolchain.find_gpu_toolchain
-EntryLock = toolchain.EntryLock  # on_import.py takes it from here
+EntryLock = entry_lock.EntryLock  # on_import.py takes it from here
 
 ROOT = toolchain.ROOT
 KERNELS = toolchain.KERNELS
@@ -71,6 +72,10 @@ BENCH_SUPPORT = [os.path.join(ROOT, "tests", "cpp", f)
 # the native GPU tests run without a GPU. GPU builds with tests; preloaded, never linked.
 HOST_GPU_DIR = os.path.join(ROOT, "tests", "cpp", "host_gpu")
 HOST_GPU_LIBRARY = os.path.join(CHECKOUT_BUILD_DIR, "tests", "host_gpu", "libtfring_host_gpu.so")
+# Stand-ins for the bindings test (tests/unit/test_gpu_bindings.py): TensorFlow's GPU build's
+# trampolines, and an NCCL loaded before tfring's. Each source is a library named for its SONAME.
+GPU_STANDINS_DIR = os.path.join(ROOT, "tests", "cpp", "gpu_standins")
+GPU_STANDINS = {"trampolines.cc": "libtfring_test_trampolines.so", "foreign_nccl.cc": "libnccl.so.2"}
 
 
 def tensorflow_flags():
@@ -293,6 +298,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
             jobs += [(mpicxx, glue_flags, s) for s in sources(BENCH_OPS_DIR)]
     host_gpu = sources(HOST_GPU_DIR) if with_tests and gpu and not sanitize else []
     jobs += [(plain_cxx, plain_flags + gpu_flags, s) for s in host_gpu]
+    standins = sources(GPU_STANDINS_DIR) if host_gpu else []
+    jobs += [(plain_cxx, plain_flags + gpu_flags, s) for s in standins]
     # The XLA lowerings' headers moved between TensorFlow releases: where they fail to
     # compile (and TFRING_WITH_XLA is not 1), the library is built without them, its record
     # says why, and tfring keeps XLA off for steps with its ops.
@@ -318,6 +325,11 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
             build_native_benches(mpicxx, by_source, runtime_objs, bench_sources(gpu), gpu_link)
         if host_gpu:
             link_host_gpu(plain_cxx, [by_source[s] for s in host_gpu], say)
+        for source in standins:
+            name = GPU_STANDINS[os.path.basename(source)]
+            link(plain_cxx, [by_source[source]],
+                 os.path.join(CHECKOUT_BUILD_DIR, "tests", "gpu_standins", name),
+                 ["-shared", f"-Wl,-soname,{name}"])
         if not native_only:
             link(mpicxx, [by_source[s] for s in sources(BENCH_OPS_DIR)], BENCH_OPS_LIBRARY,
                  ["-shared"] + tf_link)
@@ -385,7 +397,9 @@ def link_host_gpu(compiler, objects, say):
         say(f"tfring: the host GPU did not compile, so the suite runs no NCCL test without a "
             f"GPU: {str(errors[0]).splitlines()[0]}")
         return
-    link(compiler, objects, HOST_GPU_LIBRARY, ["-shared", "-pthread"])
+    # -Bsymbolic: its own calls stay inside it, as in libnccl and libcudart, whatever a test
+    # loaded RTLD_GLOBAL before it (tests/unit/test_gpu_bindings.py loads trampolines).
+    link(compiler, objects, HOST_GPU_LIBRARY, ["-shared", "-pthread", "-Wl,-Bsymbolic"])
     if not os.path.islink(driver):
         os.symlink(os.path.basename(HOST_GPU_LIBRARY), driver)
 

@@ -13,17 +13,16 @@ this file on its own, by path, so that they never pay for a TensorFlow import):
 Only the standard library is imported here, and nothing from tfring.
 """
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 
 BUILD_TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))  # tfring/build/
 PACKAGE_DIR = os.path.dirname(BUILD_TOOLS_DIR)  # tfring/
@@ -87,17 +86,17 @@ class GpuToolchain:
         self.cuda_includes, self.cudart_lib = cuda_includes, cudart_lib
 
     def compile_flags(self):
+        # The files tfring's NCCL and CUDA runtime calls go to, compiled in: tfring opens
+        # them itself and links neither (backends/nccl/nccl_library.h says why).
         return (["-DTFRING_WITH_NCCL=1", "-isystem" + self.nccl_include] +
-                ["-isystem" + d for d in self.cuda_includes])
+                ["-isystem" + d for d in self.cuda_includes] +
+                [f"-DTFRING_NCCL_FILE={json.dumps(self.nccl_lib)}",
+                 f"-DTFRING_CUDA_RUNTIME_FILE={json.dumps(self.cudart_lib)}"])
 
     def link_flags(self):
-        flags = []
-        for lib in (self.nccl_lib, self.cudart_lib):
-            folder = os.path.dirname(lib)
-            flags += [f"-L{folder}", f"-l:{os.path.basename(lib)}", f"-Wl,-rpath,{folder}"]
-        # The batched-copy kernel is loaded through the driver, opened with dlopen (libdl
-        # before glibc 2.34).
-        return flags + ["-ldl"]
+        # NCCL, the CUDA runtime and the driver (the batched-copy kernel) are opened with
+        # dlopen (libdl before glibc 2.34), never linked.
+        return ["-ldl"]
 
     def nccl_version(self):
         text = open(os.path.join(self.nccl_include, "nccl.h")).read()
@@ -110,6 +109,16 @@ class GpuToolchain:
         return ".".join(parts) or "unknown"
 
 
+def version_text(code, kind):
+    """A version as the library reports it, in words: NCCL's 23203 as 'NCCL 2.32.3', the CUDA
+    runtime's 12090 as 'CUDA 12.9'."""
+    if not code:
+        return "unknown"
+    if kind == "nccl":
+        return f"NCCL {code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"CUDA {code // 1000}.{code % 1000 // 10}"
+
+
 def _package_dir(name):
     try:
         spec = importlib.util.find_spec(name)
@@ -120,20 +129,98 @@ def _package_dir(name):
     return list(spec.submodule_search_locations)[0]
 
 
-def _find(roots, header, libraries):
-    """(include dir, library path) under the first root that has both, else None."""
+def _find_all(roots, header, libraries):
+    """(include dir, library path) under each root that has both, in the roots' order."""
+    found = []
     for root in roots:
         if not root:
             continue
         include = os.path.join(root, "include")
         if not os.path.exists(os.path.join(include, header)):
             continue
-        for sub in ("lib", "lib64", "lib/x86_64-linux-gnu", "targets/x86_64-linux/lib"):
-            for lib in libraries:
-                path = os.path.join(root, sub, lib)
-                if os.path.exists(path):
-                    return include, path
-    return None
+        paths = [os.path.join(root, sub, lib)
+                 for sub in ("lib", "lib64", "lib/x86_64-linux-gnu", "targets/x86_64-linux/lib")
+                 for lib in libraries]
+        path = next((p for p in paths if os.path.exists(p)), None)
+        if path and (include, path) not in found:
+            found.append((include, path))
+    return found
+
+
+def _find(roots, header, libraries):
+    """(include dir, library path) under the first root that has both, else None."""
+    found = _find_all(roots, header, libraries)
+    return found[0] if found else None
+
+
+def tensorflow_cuda_version(tf_dir=None):
+    """The CUDA version TensorFlow was built for ("12.5.1"), None for a build without CUDA
+    (tensorflow-cpu). Read from its build_info.py, without importing TensorFlow."""
+    tf_dir = tf_dir or tensorflow_dir()
+    try:
+        with open(os.path.join(tf_dir or "", "python", "platform", "build_info.py")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    match = re.search(r"""['"]cuda_version['"]\s*[,:]\s*['"]([0-9.]+)['"]""", text)
+    return match.group(1) if match else None
+
+
+def cuda_runtime_major(include):
+    """The CUDA major of the runtime headers in `include` (CUDART_VERSION 12090 -> 12)."""
+    try:
+        with open(os.path.join(include, "cuda_runtime_api.h")) as f:
+            match = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", f.read())
+    except OSError:
+        return None
+    return int(match.group(1)) // 1000 if match else None
+
+
+def _nccl_wheel_major(nccl_include):
+    """The CUDA major of the PyPI NCCL wheel whose headers are `nccl_include`
+    (nvidia-nccl-cu12: 12), None when it is not one of those wheels or cannot tell."""
+    package = _package_dir("nvidia.nccl")
+    if not package or os.path.realpath(nccl_include) != \
+            os.path.realpath(os.path.join(package, "include")):
+        return None
+    majors = []
+    for major in (11, 12, 13, 14):
+        try:
+            importlib.metadata.version(f"nvidia-nccl-cu{major}")
+            majors.append(major)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return majors[0] if len(majors) == 1 else None
+
+
+# What a user with TensorFlow's CUDA 12 build installs for tfring's GPU path (the gpu extra).
+CUDA12_WHEELS = ("nvidia-nccl-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 "
+                 "nvidia-cuda-cccl-cu12")
+
+
+def _for_tensorflows_cuda(runtimes, nccl_include):
+    """The CUDA runtime (include, library) of the CUDA major TensorFlow was built for, from
+    `runtimes` (_find_all's); (None, reason) when there is none, or when the NCCL wheel is
+    for another major. A TensorFlow without CUDA takes the first (compiling the GPU path
+    beside tensorflow-cpu, as CI does)."""
+    tf_cuda = tensorflow_cuda_version()
+    if not tf_cuda or not runtimes:
+        return (runtimes[0] if runtimes else None), ""
+    want = int(tf_cuda.split(".")[0])
+    advice = (f"Install the CUDA {want} wheels TensorFlow runs with (`pip install 'tfring[gpu]'`"
+              f"; for CUDA 12: {CUDA12_WHEELS}) or point TFRING_CUDA_HOME and "
+              f"TFRING_NCCL_HOME at a CUDA {want} toolkit and NCCL")
+    matching = [r for r in runtimes if cuda_runtime_major(r[0]) == want]
+    if not matching:
+        others = ", ".join(f"CUDA {cuda_runtime_major(r[0])} ({r[1]})" for r in runtimes)
+        return None, (f"TensorFlow was built for CUDA {tf_cuda} and the CUDA runtime found is "
+                      f"{others}: a GPU path built against it would fail at its first call "
+                      f"beside TensorFlow's. {advice}")
+    nccl_major = _nccl_wheel_major(nccl_include)
+    if nccl_major is not None and nccl_major != want:
+        return None, (f"TensorFlow was built for CUDA {tf_cuda} and the NCCL found is the "
+                      f"CUDA {nccl_major} wheel (nvidia-nccl-cu{nccl_major}). {advice}")
+    return matching[0], ""
 
 
 def _cuda_header_folders(runtime_include):
@@ -174,20 +261,26 @@ def find_gpu_toolchain():
     cu13 = _package_dir("nvidia.cu13")
     nccl = _find([os.environ.get("TFRING_NCCL_HOME"), _package_dir("nvidia.nccl"), cu13, "/usr"],
                  "nccl.h", ["libnccl.so.2", "libnccl.so"])
-    cuda = _find([os.environ.get("TFRING_CUDA_HOME"), os.environ.get("CUDA_HOME"),
-                  _package_dir("nvidia.cuda_runtime"), cu13, "/usr/local/cuda"],
-                 "cuda_runtime_api.h",
-                 ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"])
+    runtimes = _find_all([os.environ.get("TFRING_CUDA_HOME"), os.environ.get("CUDA_HOME"),
+                          _package_dir("nvidia.cuda_runtime"), cu13, "/usr/local/cuda"],
+                         "cuda_runtime_api.h",
+                         ["libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                          "libcudart.so.11.0"])
     missing = []
     if nccl is None:
         missing.append("NCCL (nccl.h, libnccl.so.2)")
-    if cuda is None:
-        missing.append("the CUDA runtime (cuda_runtime_api.h, libcudart)")
+        cuda, wrong_major = (runtimes[0] if runtimes else None), ""
     else:
+        cuda, wrong_major = _for_tensorflows_cuda(runtimes, nccl[0])
+    if cuda is None and not wrong_major:
+        missing.append("the CUDA runtime (cuda_runtime_api.h, libcudart)")
+    elif cuda is not None:
         cuda_includes, lacking = _cuda_header_folders(cuda[0])
         missing += lacking
-    if missing:
-        reason = " and ".join(missing) + " not found"
+    if missing or wrong_major:
+        reason = wrong_major or " and ".join(missing) + " not found"
+        if wrong_major and mode in ("1", "on", "yes", "true"):
+            raise BuildError(f"TFRING_WITH_NCCL=1 but {reason}.", "GPU (NCCL)")
         if mode in ("1", "on", "yes", "true"):
             raise BuildError(
                 f"TFRING_WITH_NCCL=1 but {reason}. Install them into this environment: "
@@ -378,65 +471,3 @@ def stale_reason(entry, tensorflow_version):
         return (f"it was built for TensorFlow {record.get('tensorflow')}, and TensorFlow "
                 f"{tensorflow_version} is installed")
     return ""
-
-
-class EntryLock:
-    """An exclusive lock on a build entry (flock on <entry>/build.lock).
-
-    Every rank of a job may import tfring at the same moment: the first one to take the lock
-    builds, the others wait here, then find the library built and load it. The holder's pid
-    is written in the file for the waiters' message. A wait ends after
-    TFRING_BUILD_WAIT_SECONDS (default 1800) with an error naming the holder.
-    """
-
-    def __init__(self, entry, say=None):
-        self.path = os.path.join(entry, "build.lock")
-        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-        self.file = None
-
-    def __enter__(self):
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self.file = open(self.path, "a+")
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._wait()
-        except OSError as e:  # a folder this user cannot write, a file system without locks
-            raise BuildError(f"cannot lock {self.path}: {e}. Point TFRING_CACHE_DIR at a "
-                             "writable folder on a local file system.",
-                             "Where the build goes") from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(str(os.getpid()))
-        self.file.flush()
-        return self
-
-    def _wait(self):
-        text = os.environ.get("TFRING_BUILD_WAIT_SECONDS", "1800")
-        try:
-            limit = float(text)
-        except ValueError:
-            raise BuildError(f"TFRING_BUILD_WAIT_SECONDS must be a number of seconds. "
-                             f"Received: {text!r}") from None
-        self.file.seek(0)
-        holder = self.file.read().strip() or "unknown"
-        self.say(f"tfring: waiting for process {holder} to finish building "
-                 f"{os.path.dirname(self.path)}")
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    self.file.close()
-                    raise BuildError(
-                        f"process {holder} has held the build lock {self.path} for more than "
-                        f"{limit:g} s (TFRING_BUILD_WAIT_SECONDS). If no build is running, "
-                        "a stale lock is impossible (the lock dies with its process): look "
-                        "for a hung compiler.")
-                time.sleep(0.2)
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()

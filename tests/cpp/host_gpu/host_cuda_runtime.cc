@@ -117,6 +117,20 @@ using host_gpu::Enqueue;
 
 extern "C" {
 
+// The headers' version, as a runtime and driver of that release would report it.
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// Every failing call returns its error; none is left pending.
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = host_gpu::DeviceCount();
   return cudaSuccess;

@@ -1,8 +1,9 @@
 // The host GPU: the CUDA runtime, driver and NCCL calls that tfring's GPU path makes,
 // emulated on the host, so that its native GPU tests (test_nccl_*, scenario_nccl_*) run
-// without a GPU, in CI. Loaded with LD_PRELOAD (its symbols take the place of the real
-// libcudart's and libnccl's), and as libcuda.so.1 for the batched-copy kernel; nothing of it
-// is linked into tfring. BUILD.md, 'GPU (NCCL)', says what it can and cannot find.
+// without a GPU, in CI. The runs name it as the NCCL and the CUDA runtime tfring's calls go to
+// (TFRING_NCCL_LIBRARY, TFRING_CUDA_RUNTIME_LIBRARY: backends/nccl/nccl_library.h), and it is
+// libcuda.so.1 for the batched-copy kernel; nothing of it is linked into tfring. BUILD.md,
+// 'GPU (NCCL)', says what it can and cannot find.
 //
 // What it keeps of a GPU: device memory is host memory, but work queued on a stream runs
 // later, in order, on the stream's own thread, so the ordering tfring relies on (events,

@@ -30,6 +30,9 @@
 //   TFRING_AUTOTUNE_SAMPLES_PER_TRIAL   samples  3         samples per candidate (median)
 //   TFRING_GPU_OPERATIONS               -        nccl      GPU tensors: nccl, or mpi (staged through
 //                                                          host memory); builds with NCCL only
+//   TFRING_NCCL_LIBRARY                 path     (build's) the NCCL file GPU calls go to; read
+//   TFRING_CUDA_RUNTIME_LIBRARY         path     (build's) at the first GPU call, not at init
+//                                                          (nccl_library.h, cuda_runtime_library.h)
 //   TFRING_SCHED_BATCH                  0/1      1         run the runtime's background thread under
 //                                                          Linux's SCHED_BATCH policy (coordinator.h)
 //   TFRING_HIERARCHICAL_ALLREDUCE       0/1      0         allreduce inside each host first, then

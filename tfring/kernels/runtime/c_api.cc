@@ -10,12 +10,53 @@
 #include "tfring/kernels/runtime/flight_dump.h"
 #include "tfring/kernels/runtime/global_runtime.h"
 
+#if TFRING_WITH_NCCL
+#include <cuda_runtime_api.h>
+
+#include "tfring/kernels/backends/cuda/cuda_runtime_library.h"
+#include "tfring/kernels/backends/nccl/nccl_library.h"
+#endif
+
 using tfring::GlobalRuntime;
 
 namespace {
 int Layout(int tfring::ProcessLayout::*field) {
   if (!GlobalRuntime::Get().initialized()) return -1;
   return GlobalRuntime::Get().layout().*field;
+}
+
+// The NCCL and CUDA runtime tfring's GPU calls go to, loaded now if not yet, as JSON
+// (tfring/_process/gpu_libraries.py reads it): each library's LoadedLibraryReport, the
+// reshaping calls found, the versions NCCL and the CUDA runtime give when called by name, and
+// how many GPUs tfring's CUDA runtime sees (or its error).
+std::string GpuLibrariesJson() {
+#if TFRING_WITH_NCCL
+  const tfring::NcclReshapeCalls& calls = tfring::ReshapeCalls();
+  const tfring::LoadedLibraryReport& nccl = tfring::NcclReport();
+  const tfring::LoadedLibraryReport& cuda = tfring::CudaRuntimeReport();
+  std::string json = "{\"built\": true, \"nccl\": " + nccl.Json() +
+                     ", \"revoke\": " + (calls.revoke ? "true" : "false") +
+                     ", \"shrink\": " + (calls.shrink ? "true" : "false") +
+                     ", \"grow\": " + (calls.grow ? "true" : "false") +
+                     ", \"cuda_runtime\": " + cuda.Json();
+  // Asked by name, as every GPU call of tfring's is: the answers come from the table's
+  // libraries only if the names are bound to tfring's own definitions.
+  int nccl_answer = 0, cuda_answer = 0;
+  if (nccl.error.empty()) ncclGetVersion(&nccl_answer);
+  if (cuda.error.empty()) cudaRuntimeGetVersion(&cuda_answer);
+  json += ", \"versions_by_call\": [" + std::to_string(nccl_answer) + ", " +
+          std::to_string(cuda_answer) + "]";
+  int devices = -1;
+  const cudaError_t rc = cuda.error.empty() ? cudaGetDeviceCount(&devices) : cudaSuccess;
+  json += ", \"devices\": " + std::to_string(rc == cudaSuccess ? devices : -1);
+  if (rc != cudaSuccess) {
+    json += ", \"devices_error\": " +
+            tfring::JsonQuoted(std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc));
+  }
+  return json + "}";
+#else
+  return "{\"built\": false}";
+#endif
 }
 }  // namespace
 
@@ -107,6 +148,15 @@ int tfring_tuned_params(int64_t* fusion_threshold_bytes, double* cycle_time_ms) 
 int tfring_straggler_report(char* out, int out_len) {
   std::string json;
   if (!GlobalRuntime::Get().StragglerReport(&json)) return -1;
+  const int needed = static_cast<int>(json.size()) + 1;
+  if (out_len >= needed) std::memcpy(out, json.c_str(), needed);
+  return needed;
+}
+
+// GpuLibrariesJson, copied into `out` when it fits; returns its length plus one (the NUL),
+// so that a caller can ask again with a buffer that large.
+int tfring_gpu_libraries(char* out, int out_len) {
+  const std::string json = GpuLibrariesJson();
   const int needed = static_cast<int>(json.size()) + 1;
   if (out_len >= needed) std::memcpy(out, json.c_str(), needed);
   return needed;

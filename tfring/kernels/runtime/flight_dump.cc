@@ -153,7 +153,9 @@ void FlightDump::Serve() {
     if (reason.empty()) reason = "SIGUSR1 (a dump asked for from outside: kill -USR1)";
     std::string path;
     const Status s = Write(reason, &path);
-    if (!s.ok()) TFRING_LOG(kWarning) << "flight recorder: " << s.message();
+    if (!s.ok()) {
+      TFRING_LOG(kWarning) << "flight recorder: " << s.message();
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     last_path_ = path;
     last_status_ = s;

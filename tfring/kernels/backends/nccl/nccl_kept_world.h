@@ -6,8 +6,8 @@
 // kept in this process-wide slot when the runtime ends for a reset (GlobalRuntime::Shutdown
 // for_reset; a plain shutdown() frees it) or is abandoned after a lost peer (its executor is
 // never destroyed), and the next runtime keeps it as it is, shrinks it or
-// grows it (core/communicator_reshape.h) where the NCCL loaded has the calls, looked up at run
-// time: ncclCommRevoke (NCCL 2.28.7), ncclCommShrink (2.27.3), ncclCommGrow (2.29.2).
+// grows it (core/communicator_reshape.h) where the NCCL loaded has the calls (nccl_library.h,
+// ReshapeCalls: ncclCommRevoke from NCCL 2.28.7, ncclCommShrink 2.27.3, ncclCommGrow 2.29.2).
 // TFRING_NCCL_RESHAPE=off leaves the slot unused: every runtime makes its own communicator.
 //
 // Ownership: the executor that leased the communicator uses it while it runs; once it ends
@@ -53,20 +53,5 @@ class KeptWorld {
   static void NoteMade(const std::string& how);
   static std::string LastMade();
 };
-
-// NCCL's fault-tolerance calls where the NCCL this process loaded has them (null otherwise).
-struct NcclReshapeCalls {
-  ncclResult_t (*revoke)(ncclComm_t, int) = nullptr;
-  ncclResult_t (*shrink)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) = nullptr;
-  ncclResult_t (*unique_id_for_grow)(ncclComm_t, ncclUniqueId*) = nullptr;
-  ncclResult_t (*grow)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*,
-                       ncclConfig_t*) = nullptr;
-  int version = 0;  // ncclGetVersion's
-};
-const NcclReshapeCalls& ReshapeCalls();
-
-// ncclCommShrink's flags (nccl.h from 2.27 on; spelled here for older headers).
-constexpr int kNcclShrinkDefault = 0;  // the parent is idle or revoked
-constexpr int kNcclShrinkAbort = 1;    // stop the parent's work first
 
 }  // namespace tfring

@@ -11,6 +11,7 @@
 
 #include "tfring/kernels/backends/nccl/nccl_check.h"
 #include "tfring/kernels/backends/nccl/nccl_executor.h"
+#include "tfring/kernels/backends/nccl/nccl_library.h"
 #include "tfring/kernels/common/logging.h"
 
 namespace tfring {
