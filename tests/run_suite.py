@@ -27,6 +27,7 @@ failure with a message. Full logs go to build/test-logs/.
 import concurrent.futures
 import functools
 import glob
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -246,6 +247,19 @@ def _toolchain():
     return module
 
 
+def gpu_path_dropped():
+    """Why the build made no GPU path although the gpu-build extra is installed (as in CI:
+    then the host GPU's ten stages would quietly not run), or None."""
+    record = _toolchain().read_record(_toolchain().entry_dir()) or {}
+    if record.get("nccl"):
+        return None
+    try:
+        importlib.metadata.version("nvidia-nccl-cu13")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # not installed: a build without the GPU path is what was asked for
+    return record.get("nccl_not_built_because") or "no build record"
+
+
 def missing_native_binaries():
     """The native test binaries the build should have made and did not (names), and the host
     GPU's library where it is to run the NCCL tests."""
@@ -292,11 +306,15 @@ def host_gpu_stages():
     runs = [("test_nccl_runtime", 2, [], {}, []), ("test_nccl_runtime", 3, [], {}, []),
             ("test_nccl_runtime", 4, ["--filter=Hierarchical"], {"RANKS_PER_HOST": "2"}, []),
             ("test_nccl_global_runtime", 3, [], {}, []), ("test_nccl_kept_world", 1, [], {}, []),
-            # 16 MiB at 20 MB/s a connection: the allreduce lasts past the kill (at 50 ms).
+            # 16 MiB at 20 MB/s a connection: the allreduce lasts a second, the kill comes
+            # at 300 ms; the restart and the shrunk world are required here.
             ("scenario_nccl_peer_killed", 3, [], {"TFRING_NCCL_RESHAPE": "auto",
                                                   "TFRING_TEST_BIG_MIB": "16",
-                                                  "TFRING_HOST_GPU_MB_PER_SECOND": "20"},
-             ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND"]),
+                                                  "TFRING_HOST_GPU_MB_PER_SECOND": "20",
+                                                  "TFRING_TEST_KILL_AFTER_MS": "300",
+                                                  "TFRING_TEST_EXPECT_RESTART": "1"},
+             ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND",
+                     "-x", "TFRING_TEST_KILL_AFTER_MS", "-x", "TFRING_TEST_EXPECT_RESTART"]),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto"}, ulfm),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "off"}, ulfm),
             # The joining worker is spawned by MPI's daemon, which passes on its own
@@ -327,6 +345,8 @@ def native_stages():
             if gpus:  # one rank per GPU; without one, host_gpu_stages() runs it
                 stages.append((f"native {name} np={gpus}", MPIRUN + ["-np", str(gpus), binary],
                                300, None, None, True))
+            elif name == "test_nccl_kept_world":  # needs no GPU: the NCCL tfring was built with
+                stages.append((f"native {name} [the built NCCL]", [binary], 60))
         elif "mpi" in name:
             for n in (2, 3, 4):
                 stages.append((f"native {name} np={n}", MPIRUN + ["-np", str(n), binary], 180))
@@ -350,6 +370,11 @@ def main():
         print(f"[suite] native binaries the build should have made are missing: "
               f"{', '.join(sorted(missing))} (make test builds them)", flush=True)
     results.append((0, len(missing), 0))
+    dropped = gpu_path_dropped()
+    if dropped:
+        print(f"[suite] the gpu-build extra is installed but the build made no GPU path "
+              f"({dropped}): the NCCL tests cannot run", flush=True)
+    results.append((0, int(bool(dropped)), 0))
     # The NCCL tests on the host GPU beside the sanitized ones: both mostly wait (on
     # timeouts, peers, sockets), and the host GPU's would add half a minute alone.
     with concurrent.futures.ThreadPoolExecutor(1) as beside:

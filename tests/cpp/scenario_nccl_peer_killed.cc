@@ -11,8 +11,11 @@
 // does: where NCCL has ncclCommRevoke and ncclCommShrink, the failed op's world communicator
 // was revoked (not aborted) and is shrunk to them; else one is made anew. tools/gpu_checks.sh
 // runs both. The suite runs it on the host GPU (tests/cpp/host_gpu), with a smaller
-// allreduce (TFRING_TEST_BIG_MIB) over connections slowed so that it too lasts past the kill
-// (TFRING_HOST_GPU_MB_PER_SECOND).
+// allreduce (TFRING_TEST_BIG_MIB) over connections slowed so that it lasts a second, the kill
+// 300 ms into it (TFRING_TEST_KILL_AFTER_MS; TFRING_HOST_GPU_MB_PER_SECOND), and requires
+// there what a GPU run only reports (TFRING_TEST_EXPECT_RESTART=1): that the op failed inside
+// the NCCL collective, that the survivors restarted on the ranks left, and how their world
+// was made (shrunk where NCCL can revoke and shrink, else made anew).
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
@@ -36,6 +39,11 @@ namespace testing {
 namespace {
 
 TFRING_TEST_ENVIRONMENT(SurvivorsGpuEnvironment);
+
+bool ExpectRestart() {
+  const char* setting = std::getenv("TFRING_TEST_EXPECT_RESTART");
+  return setting != nullptr && std::string(setting) == "1";
+}
 
 void* DeviceBuffer(int64_t bytes) {
   void* p = nullptr;
@@ -80,7 +88,9 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   const auto start = std::chrono::steady_clock::now();
   std::future<Status> big = SubmitDeviceAllreduce(c.get(), "big", count, in, out);
   if (Scenario().layout.rank == victim) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its kernels are running
+    const char* after = std::getenv("TFRING_TEST_KILL_AFTER_MS");
+    // By then its kernels are running (negotiation takes a few milliseconds).
+    std::this_thread::sleep_for(std::chrono::milliseconds(after ? std::atoi(after) : 50));
     raise(SIGKILL);
   }
   ASSERT_TRUE(big.wait_for(std::chrono::seconds(60)) == std::future_status::ready)
@@ -98,6 +108,10 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   const bool why = s.message().find(died) != std::string::npos ||
                    s.message().find("remote process exited") != std::string::npos;
   EXPECT_TRUE(why) << "neither '" << died << "' nor NCCL's remote error in: " << s.message();
+  // Failed inside the collective, not before it (the control plane's loss of the rank).
+  if (ExpectRestart()) {
+    EXPECT_CONTAINS(s.message(), "NCCL allreduce of 'big' failed");
+  }
   // Later GPU ops fail at once.
   const auto later_start = std::chrono::steady_clock::now();
   const Status later = SubmitDeviceAllreduce(c.get(), "later", 1024, in, out).get();
@@ -126,6 +140,7 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   if (!ShrinkScenarioToSurvivors(&no_restart)) {
     std::printf("rank %d: no restart on the ranks left (%s)\n", Scenario().layout.rank,
                 no_restart.c_str());
+    EXPECT_FALSE(ExpectRestart()) << "the survivors were to restart: " << no_restart;
     return;
   }
   c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options, /*keep_world=*/true);
@@ -140,6 +155,10 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
               ReshapeCalls().revoke ? "yes" : "no", ReshapeCalls().shrink ? "yes" : "no");
   EXPECT_TRUE(after.ok()) << after.ToString();
   EXPECT_TRUE(right);
+  if (ExpectRestart()) {
+    EXPECT_EQ(WorldMade(), ExpectedWorldMade("shrunk", ReshapeCalls().revoke != nullptr &&
+                                                           ReshapeCalls().shrink != nullptr));
+  }
   c->Shutdown();
 }
 

@@ -1,7 +1,8 @@
 // The world communicator one runtime leaves to the next (backends/nccl/nccl_kept_world.h):
-// who owns it when, and NCCL's reshaping calls found in the NCCL this process loaded. No GPU
-// is needed: the slot only holds handles (null here, so nothing is ever freed), and the calls
-// are looked up, not made. Built in GPU builds (CI's has NCCL's headers and library).
+// who owns it when, and NCCL's reshaping calls found in the NCCL tfring loaded. No GPU is
+// needed: the slot only holds handles (null here, so nothing is ever freed), and the calls
+// are looked up, not made. Built in GPU builds (CI's has NCCL's headers and library); the
+// suite runs it against the NCCL the build found and against the host GPU.
 #include "tests/cpp/test_harness.h"
 #include "tfring/kernels/backends/nccl/nccl_kept_world.h"
 #include "tfring/kernels/backends/nccl/nccl_library.h"
@@ -64,9 +65,14 @@ TFRING_TEST(NcclKeptWorld, TheNoteSaysHowTheLatestWorldWasMade) {
 }
 
 TFRING_TEST(NcclKeptWorld, TheCallsAreFoundWhereThisNcclHasThem) {
+  // The NCCL tfring's build found, or the host GPU where TFRING_NCCL_LIBRARY names it: the
+  // suite runs this both ways.
+  const LoadedLibraryReport& nccl = NcclReport();
+  EXPECT_EQ(nccl.error, "");
+  EXPECT_EQ(nccl.file, nccl.chosen);
   const NcclReshapeCalls& calls = ReshapeCalls();
   ASSERT_TRUE(calls.version > 0);
-  std::printf("NCCL %d: revoke %s, shrink %s, grow %s\n", calls.version,
+  std::printf("NCCL %d (%s): revoke %s, shrink %s, grow %s\n", calls.version, nccl.file.c_str(),
               calls.revoke ? "yes" : "no", calls.shrink ? "yes" : "no", calls.grow ? "yes" : "no");
   // Each from the release that documents it (2.28.7, 2.27.3, 2.29.2); none before.
   EXPECT_EQ(calls.revoke != nullptr, calls.version >= 22807);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -23,6 +24,10 @@ namespace host_gpu {
 namespace {
 
 enum Kind : uint32_t { kAllReduce = 1, kBroadcast, kReduce, kAllGather, kReduceScatter, kP2p };
+
+// How long ncclCommDestroy waits for its queued collectives before it says that NCCL's would
+// wait for ever (a healthy one's finish in milliseconds).
+constexpr double kDestroyPatienceSeconds = 10;
 
 struct Call {
   Kind kind;
@@ -165,8 +170,18 @@ ncclResult_t Launch(std::vector<Call> calls) {
       nonblocking = true;
     }
   }
+  std::vector<std::shared_ptr<CommState>> comms;  // each once: a group may share one
+  for (const Call& call : calls) {
+    if (std::find(comms.begin(), comms.end(), call.comm) == comms.end()) {
+      comms.push_back(call.comm);
+      call.comm->Queue();
+    }
+  }
   cudaStream_t stream = calls[0].stream;
-  Enqueue(stream, [calls] { RunAll(calls); });
+  Enqueue(stream, [calls, comms] {
+    RunAll(calls);
+    for (const auto& comm : comms) comm->Ran();
+  });
   return nonblocking ? ncclInProgress : ncclSuccess;
 }
 
@@ -303,7 +318,18 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   if (comm->connecting.joinable()) comm->connecting.join();
-  // Every call has completed (tfring destroys only then): closing the connections is all.
+  // NCCL's destroy first lets the work queued on the communicator finish, and waits for ever
+  // for a collective whose peer is lost: such a communicator must be aborted. Waiting for
+  // ever here would only end in the test's timeout; this says why instead.
+  if (!comm->state->WaitForQueued(host_gpu::kDestroyPatienceSeconds)) {
+    std::fprintf(stderr, "host GPU: ncclCommDestroy on rank %d waited %g s for collectives "
+                 "queued on its communicator that cannot finish (a peer lost or stopped): "
+                 "NCCL's would wait for ever. A communicator whose work cannot finish must be "
+                 "aborted (ncclCommAbort), not destroyed.\n", comm->state->rank(),
+                 host_gpu::kDestroyPatienceSeconds);
+    std::fflush(stderr);
+    std::abort();
+  }
   comm->state->Abort();
   delete comm;
   return ncclSuccess;

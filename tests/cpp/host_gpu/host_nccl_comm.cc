@@ -270,6 +270,22 @@ void CommState::WaitUntilAborted() {
   cv_.wait(lock, [this] { return aborted() || revoked(); });
 }
 
+void CommState::Queue() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++queued_;
+}
+
+void CommState::Ran() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --queued_;
+  cv_.notify_all();
+}
+
+bool CommState::WaitForQueued(double seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return queued_ == 0; });
+}
+
 void CommState::Revoke() {
   {
     std::lock_guard<std::mutex> lock(mu_);

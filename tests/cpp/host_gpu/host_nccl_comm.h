@@ -75,6 +75,13 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // start; ncclInProgress for a moment, then quiescent (ncclSuccess), kept for a shrink.
   void Revoke();
   bool revoked() const { return revoked_.load(); }
+  // Collectives queued on a stream and not yet at their end (Launch queues, RunAll ends):
+  // ncclCommDestroy waits for them, as NCCL's does. WaitForQueued returns false after
+  // `seconds` with some still queued: a collective whose peer is lost, for which NCCL's
+  // destroy would wait for ever.
+  void Queue();
+  void Ran();
+  bool WaitForQueued(double seconds);
   // Stops everything: waiting receives and sends fail, the readers end. Idempotent. Not
   // while Connect runs on another thread (ncclCommAbort waits for it first).
   void Abort();
@@ -104,6 +111,7 @@ class CommState : public std::enable_shared_from_this<CommState> {
   std::atomic<bool> revoked_{false};
   bool nonblocking_ = false;  // ncclConfig_t's blocking = 0
   std::atomic<bool> readers_joined_{false};
+  int queued_ = 0;  // under mu_
 };
 
 }  // namespace host_gpu
