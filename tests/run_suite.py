@@ -315,6 +315,10 @@ def host_gpu_stages():
                                                   "TFRING_TEST_EXPECT_RESTART": "1"},
              ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND",
                      "-x", "TFRING_TEST_KILL_AFTER_MS", "-x", "TFRING_TEST_EXPECT_RESTART"]),
+            # A rank stopped 300 ms into it: only tfring's GPU peer timeout (3 s) ends it.
+            ("scenario_nccl_peer_stopped", 3, [], {"TFRING_TEST_BIG_MIB": "16",
+                                                   "TFRING_HOST_GPU_MB_PER_SECOND": "20"},
+             ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND"]),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto"}, ulfm),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "off"}, ulfm),
             # The joining worker is spawned by MPI's daemon, which passes on its own
