@@ -324,12 +324,28 @@ def host_gpu_stages():
             # The joining worker is spawned by MPI's daemon, which passes on its own
             # environment, not mpirun's -x: the settings go to mpirun itself.
             ("scenario_nccl_grow", 2, [], dict(chosen, TFRING_NCCL_RESHAPE="auto"), ulfm)]
+    # tfring's fallbacks where NCCL's reshaping calls fail or never end on one rank (the host
+    # GPU's TFRING_HOST_GPU_RESHAPE_FAULT): every rank makes its world anew.
+    killed = next(r for r in runs if r[0] == "scenario_nccl_peer_killed")
+    faults = ["-x", "TFRING_HOST_GPU_RESHAPE_FAULT", "-x", "TFRING_TEST_EXPECT_WORLD"]
+    for binary, n, base, fault in (
+            ("scenario_nccl_peer_killed", 3, killed[3], "ncclCommRevoke:fail@0"),
+            ("scenario_nccl_peer_killed", 3, killed[3], "ncclCommRevoke:stall@0"),
+            ("scenario_nccl_reset", 3, {"TFRING_NCCL_RESHAPE": "auto"}, "ncclCommShrink:fail@1"),
+            ("scenario_nccl_grow", 2, dict(chosen, TFRING_NCCL_RESHAPE="auto"),
+             "ncclCommGrow:fail@0")):
+        flags = killed[4] if binary == killed[0] else ulfm
+        runs.append((binary, n, [], dict(base, TFRING_HOST_GPU_RESHAPE_FAULT=fault,
+                                          TFRING_TEST_EXPECT_WORLD="made anew"),
+                     flags + ([] if "TFRING_NCCL_LIBRARY" in base else faults)))
     stages = []
     for binary, n, args, env, flags in runs:
         command = [os.path.join(ROOT, "tools", "gpu_ranks.sh"), str(n),
                    os.path.join(ROOT, "build", "tests", binary), "--timeout_seconds=120"] + args
         mpirun = " ".join(MPIRUN + flags + ([] if "TFRING_NCCL_LIBRARY" in env else exported))
         setting = f" {env['TFRING_NCCL_RESHAPE']}" if "TFRING_NCCL_RESHAPE" in env else ""
+        if "TFRING_HOST_GPU_RESHAPE_FAULT" in env:
+            setting += f", {env['TFRING_HOST_GPU_RESHAPE_FAULT']}"
         stages.append((f"native {binary} np={n}{setting} [host GPU]", command, 180, None,
                        dict(env, MPIRUN=mpirun)))
     # Two ranks of one host on one GPU, as an unpinned script puts them (no NCCL_HOSTID).

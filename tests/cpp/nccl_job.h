@@ -29,7 +29,7 @@ bool ReshapeOff();
 
 // How the elastic scenarios' new NCCL world should have been made from the kept one, `way`
 // ("shrunk", "grown"), where this NCCL has the call (`has_call`) and TFRING_NCCL_RESHAPE
-// is not off; else "made anew".
+// is not off; else "made anew". TFRING_TEST_EXPECT_WORLD, where set, is the answer instead.
 std::string ExpectedWorldMade(const std::string& way, bool has_call);
 // How the latest NCCL world communicator was made (KeptWorld's note).
 std::string WorldMade();

@@ -286,6 +286,13 @@ bool CommState::WaitForQueued(double seconds) {
   return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return queued_ == 0; });
 }
 
+void CommState::RevokeWithoutEnd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  revoked_.store(true);
+  async_error_.store(ncclInProgress);
+  cv_.notify_all();
+}
+
 void CommState::Revoke() {
   {
     std::lock_guard<std::mutex> lock(mu_);

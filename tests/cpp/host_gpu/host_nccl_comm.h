@@ -65,6 +65,11 @@ class CommState : public std::enable_shared_from_this<CommState> {
   ncclResult_t async_error() const { return async_error_.load(); }
   void set_async_error(ncclResult_t rc) { async_error_.store(rc); }
   std::string last_error();
+  // Fails the communicator with `rc` (its async error, and `why` as its last error), as NCCL
+  // reports a failure of its own: the reshaping calls' faults (host_nccl_reshape.cc).
+  ncclResult_t FailOnPurpose(ncclResult_t rc, const std::string& why) { return Fail(rc, why); }
+  // A revoke that never ends: ncclInProgress for ever (TFRING_HOST_GPU_RESHAPE_FAULT).
+  void RevokeWithoutEnd();
   // Makes waiting receives (and a connection under way) give up; Abort then ends the rest.
   void MarkAborted();
   // Blocks until the communicator is aborted or destroyed: what a collective's kernel does

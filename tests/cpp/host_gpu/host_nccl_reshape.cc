@@ -4,10 +4,19 @@
 // or grown communicator is a new set of connections among its members, whose rendezvous
 // name each member can work out alone (a shrink's, from its parent's id and the ranks left
 // out) or gets through the parent (a grow's, from the parent's first rank).
+//
+// Where NCCL's can fail or stay in progress, these can be made to, on one rank, so that
+// tfring's fallbacks run: TFRING_HOST_GPU_RESHAPE_FAULT=<call>:<fault>@<rank> (the rank in
+// MPI's world, OMPI_COMM_WORLD_RANK), e.g. ncclCommShrink:fail@0. `fail`: a shrink or grow
+// connects its new communicator, then reports ncclInternalError on it (as a failure in NCCL's
+// own set-up); a revoke returns ncclInternalError. `stall`: a revoke stops the collectives but
+// stays ncclInProgress for ever.
 #include <nccl.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,6 +46,28 @@ ncclUniqueId ShrunkId(const ncclUniqueId& parent, const std::vector<int>& exclud
   return id;
 }
 
+// The fault TFRING_HOST_GPU_RESHAPE_FAULT sets for `call` on this rank ("fail", "stall"), or "".
+std::string Fault(const char* call) {
+  const char* setting = std::getenv("TFRING_HOST_GPU_RESHAPE_FAULT");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (setting == nullptr || rank == nullptr) return "";
+  const std::string text = setting, prefix = std::string(call) + ":";
+  const size_t at = text.find('@');
+  if (text.compare(0, prefix.size(), prefix) != 0 || at == std::string::npos ||
+      text.substr(at + 1) != rank) {
+    return "";
+  }
+  return text.substr(prefix.size(), at - prefix.size());
+}
+
+// Connects `state`, then fails it where the fault says so.
+ncclResult_t ConnectUnlessFaulty(const std::shared_ptr<CommState>& state, const char* call) {
+  const ncclResult_t rc = state->Connect();
+  if (rc != ncclSuccess || Fault(call) != "fail") return rc;
+  return state->FailOnPurpose(ncclInternalError, std::string(call) + " failed on purpose "
+                                                 "(TFRING_HOST_GPU_RESHAPE_FAULT)");
+}
+
 }  // namespace
 }  // namespace host_gpu
 
@@ -47,6 +78,15 @@ extern "C" {
 #if NCCL_VERSION_CODE >= 22807
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   if (comm == nullptr || revokeFlags != NCCL_REVOKE_DEFAULT) return ncclInvalidArgument;
+  const std::string fault = host_gpu::Fault("ncclCommRevoke");
+  if (fault == "fail") {
+    return comm->state->FailOnPurpose(ncclInternalError, "ncclCommRevoke failed on purpose "
+                                                         "(TFRING_HOST_GPU_RESHAPE_FAULT)");
+  }
+  if (fault == "stall") {
+    comm->state->RevokeWithoutEnd();
+    return ncclInProgress;
+  }
   comm->state->Revoke();
   return ncclSuccess;
 }
@@ -75,7 +115,9 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
       host_gpu::ShrunkId(parent.id(), excluded));
   *newcomm = child;
   std::shared_ptr<host_gpu::CommState> state = child->state;
-  return host_gpu::StartConnecting(child, config, [state] { return state->Connect(); });
+  return host_gpu::StartConnecting(child, config, [state] {
+    return host_gpu::ConnectUnlessFaulty(state, "ncclCommShrink");
+  });
 }
 #endif
 
@@ -120,7 +162,7 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqu
       }
       state->set_id(id);
     }
-    return state->Connect();
+    return host_gpu::ConnectUnlessFaulty(state, "ncclCommGrow");
   });
 }
 #endif
