@@ -121,6 +121,29 @@ TFRING_TEST(NcclGlobal, AlltoallUnevenWithZeroRowsAndRowsToItself) {
   EXPECT_TRUE(op->IntResult() == want) << "rank " << me << " got the wrong rows";
 }
 
+// Every rank sends a row to every rank. NCCL's sends wait for their receivers (the host
+// GPU's too), so the sends and receives must be one group: otherwise each rank's first send
+// waits for a peer that is itself in its first send.
+TFRING_TEST(NcclGlobal, AlltoallEveryRankToEveryRank) {
+  const int me = g_at.rank, size = g_at.size;
+  constexpr int64_t kRow = 4;
+  std::vector<int32_t> input;
+  std::vector<int64_t> splits(size, 1);
+  for (int q = 0; q < size; ++q) {
+    for (int64_t k = 0; k < kRow; ++k) input.push_back(1000 * me + 100 * q + k);
+  }
+  auto received = std::make_shared<std::vector<int64_t>>();
+  OpPtr op = SubmitAlltoallOnGpu(kEnqueue, g_at, "a2a.even", input, kRow, splits, received);
+  const Status s = WaitFor(op, 30.0);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<int64_t> want;
+  for (int q = 0; q < size; ++q) {
+    EXPECT_EQ((*received)[q], 1) << "rows from rank " << q;
+    for (int64_t k = 0; k < kRow; ++k) want.push_back(1000 * q + 100 * me + k);
+  }
+  EXPECT_TRUE(op->IntResult() == want) << "rank " << me << " got the wrong rows";
+}
+
 // A set of the first and third rank ({0, 2} of 3 or 4; the first and last at fewer) runs
 // on a NCCL communicator of its own, while the other ranks run a world collective.
 TFRING_TEST(NcclGlobal, ProcessSetRunsOnItsOwnCommunicator) {

@@ -137,7 +137,8 @@ ncclResult_t Run(const Call& call) {
 }
 
 // A group's calls, in order, except that receives go last: every send is out before this
-// rank waits for anything a peer sends in the same group. A call that fails (its
+// rank waits for anything a peer sends in the same group; then it waits until its peers took
+// what it sent. A call that fails (its
 // communicator failed or was aborted) leaves the stream waiting until the abort, as a
 // NCCL kernel whose peer is lost spins until then.
 void RunAll(const std::vector<Call>& calls) {
@@ -151,6 +152,11 @@ void RunAll(const std::vector<Call>& calls) {
   }
   for (const Call& call : calls) {
     if (call.kind == kP2p && call.is_recv && Run(call) != ncclSuccess) return failed(call);
+  }
+  // The call ends once its peers took what it sent (a send, a broadcast's root, a reduce's
+  // other ranks wait for their peers, as NCCL's kernels do).
+  for (const Call& call : calls) {
+    if (call.comm->WaitForAcks() != ncclSuccess) return failed(call);
   }
 }
 

@@ -26,6 +26,7 @@ struct Header {
   uint64_t bytes;
 };
 constexpr uint32_t kMagic = 0x7466686e;  // "tfhn"
+constexpr uint32_t kTaken = 0x74616b65;  // "take": a receive took a message (no payload)
 
 // TFRING_HOST_GPU_MB_PER_SECOND: each connection moves at most this many MB a second (0:
 // as fast as it can), so that a collective lasts long enough for a test to act in it (kill
@@ -204,7 +205,11 @@ void CommState::Read(int peer) {
       cv_.notify_all();
       return;
     }
-    p.inbox.push_back(std::move(m));
+    if (m.kind == kTaken) {
+      ++p.taken;
+    } else {
+      p.inbox.push_back(std::move(m));
+    }
     cv_.notify_all();
   }
 }
@@ -224,6 +229,10 @@ ncclResult_t CommState::Send(int peer, uint32_t kind, const void* data, size_t b
     return ncclSuccess;
   }
   Peer& p = *peers_[peer];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++p.sent;
+  }
   std::lock_guard<std::mutex> lock(p.send_mu);
   const Header h{kMagic, kind, bytes};
   if (!WriteAll(p.fd, &h, sizeof(h)) || !WriteAll(p.fd, data, bytes)) {
@@ -248,6 +257,7 @@ ncclResult_t CommState::Receive(int peer, uint32_t kind, void* data, size_t byte
     m = std::move(p.inbox.front());
     p.inbox.pop_front();
   }
+  if (peer != rank_) Acknowledge(peer);
   if (m.kind != kind || m.bytes.size() != bytes) {
     return Fail(ncclInternalError,
                 "rank " + std::to_string(peer) + " sent a message of kind " +
@@ -256,6 +266,25 @@ ncclResult_t CommState::Receive(int peer, uint32_t kind, void* data, size_t byte
                     ", " + std::to_string(bytes) + " bytes: the ranks' calls differ");
   }
   std::memcpy(data, m.bytes.data(), bytes);
+  return ncclSuccess;
+}
+
+void CommState::Acknowledge(int peer) {
+  Peer& p = *peers_[peer];
+  std::lock_guard<std::mutex> lock(p.send_mu);
+  const Header h{kMagic, kTaken, 0};
+  WriteAll(p.fd, &h, sizeof(h));  // a peer that is gone no longer waits for it
+}
+
+ncclResult_t CommState::WaitForAcks() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    Peer& p = *peers_[peer];
+    cv_.wait(lock, [&] { return p.taken >= p.sent || p.closed || aborted() || revoked(); });
+    if (aborted() || revoked()) return ncclInvalidUsage;
+    if (p.taken < p.sent) return kLost;  // the peer closed its end: see Send
+  }
   return ncclSuccess;
 }
 
@@ -309,9 +338,13 @@ void CommState::Revoke() {
 ncclResult_t CommState::ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
                                        const CommState& stop) {
   Peer& p = *peers_.at(peer);
+  int acks_owed = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    while (!p.inbox.empty() && p.inbox.front().kind != kind) p.inbox.pop_front();
+    while (!p.inbox.empty() && p.inbox.front().kind != kind) {
+      p.inbox.pop_front();  // what a revoked or idle collective left: taken, and dropped
+      ++acks_owed;
+    }
     if (!p.inbox.empty()) break;
     if (p.closed || aborted() || stop.aborted()) {
       return ncclRemoteError;
@@ -320,6 +353,8 @@ ncclResult_t CommState::ReceiveControl(int peer, uint32_t kind, void* data, size
   }
   Message m = std::move(p.inbox.front());
   p.inbox.pop_front();
+  lock.unlock();
+  for (int i = 0; i <= acks_owed; ++i) Acknowledge(peer);
   if (m.bytes.size() != bytes) return ncclInternalError;
   std::memcpy(data, m.bytes.data(), bytes);
   return ncclSuccess;

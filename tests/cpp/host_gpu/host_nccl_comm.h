@@ -1,7 +1,9 @@
 // The host GPU's NCCL communicator (host_gpu.h): one Unix socket to each peer, found by the
 // name the unique id carries, and a thread per peer that reads whatever the peer sends into
-// a queue, so that a send never waits for the peer to be in its matching receive (a rank's
-// sends in a collective or a group all go out before it receives, and nothing deadlocks).
+// a queue. A send's data goes out at once, but the call (a collective, a group, a lone
+// send) ends only once each peer's matching receive took it (WaitForAcks): point-to-point
+// and rooted collectives rendezvous, as NCCL's kernels do, so that a send outside a group
+// whose peer sends first deadlocks here too.
 // Messages between two ranks arrive in the order sent, and every rank runs a
 // communicator's collectives in the same order, so the next message from a peer is always
 // the one the current collective expects (checked).
@@ -49,8 +51,11 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // the peer is gone.
   ncclResult_t Send(int peer, uint32_t kind, const void* data, size_t bytes);
   // Receives the next message from `peer`, which must be of `kind` and `bytes` long; kLost
-  // where the peer is gone.
+  // where the peer is gone. Tells the peer it was taken (its WaitForAcks).
   ncclResult_t Receive(int peer, uint32_t kind, void* data, size_t bytes);
+  // Waits until every peer took what this rank sent it: ncclSuccess; kLost where a peer is
+  // gone; ncclInvalidUsage once aborted or revoked.
+  ncclResult_t WaitForAcks();
   // Receives the next message of `kind` from `peer`, dropping any other (what a revoked or
   // idle collective left), until `stop` is set: a grow's id, through its parent.
   ncclResult_t ReceiveControl(int peer, uint32_t kind, void* data, size_t bytes,
@@ -98,11 +103,14 @@ class CommState : public std::enable_shared_from_this<CommState> {
     std::thread reader;
     std::deque<Message> inbox;
     bool closed = false;   // the peer closed its end (it died, aborted or destroyed)
+    uint64_t sent = 0;     // messages sent to it, and how many of them it took (under mu_)
+    uint64_t taken = 0;
     std::mutex send_mu;
   };
 
   ncclResult_t Fail(ncclResult_t rc, const std::string& why);
   void Read(int peer);
+  void Acknowledge(int peer);
   std::string SocketName(int rank) const;
 
   const int rank_, size_;
