@@ -10,7 +10,9 @@
 // inputs being ready), and an error on one rank after the ranks agreed to run a group,
 // which fails it on every rank at once with that rank's reason. Skips without a GPU.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <mpi.h>
+#include <nccl.h>
 
 #include <chrono>
 #include <cstdio>
@@ -255,6 +257,83 @@ TFRING_TEST(NcclGlobal, AnErrorOnOneRankAfterAgreeingFailsEveryRankAtOnce) {
   ExpectAllreduced(again, ReduceOp::kSum, size, 4);
   // The failed world was revoked (or aborted): never kept as it is, whatever the members.
   EXPECT_EQ(KeptWorld::LastMade(), "made anew");
+}
+
+// The host GPU's test control (tests/cpp/host_gpu/host_gpu.h): the next call of a name that
+// tfring's thread makes fails, once. Null on a real GPU: the tests that need it say so.
+using FailNext = void (*)(const char* call, int error);
+FailNext HostGpuFailNext() {
+  const char* library = std::getenv("TFRING_NCCL_LIBRARY");
+  void* handle = library != nullptr ? dlopen(library, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  return handle != nullptr ? reinterpret_cast<FailNext>(dlsym(handle, "tfring_host_gpu_fail_next"))
+                           : nullptr;
+}
+
+// docs/gpu.md, 'Failures': an error on one rank once the ranks agreed to run a GPU
+// collective fails that op on every rank "within milliseconds" (a second here, for a loaded
+// machine), with that rank's reason. Then the runtime is started again, healthy.
+void ExpectEveryRankFailsAtOnce(const OpPtr& op, std::chrono::steady_clock::time_point start,
+                                int failing, const std::string& reason) {
+  const Status s = WaitFor(op, 60.0);
+  const double seconds = SecondsSince(start);
+  std::printf("rank %d: failed after %.3f s: %s\n", g_at.rank, seconds, s.ToString().c_str());
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(seconds, 1.0) << "failed only after " << seconds << " s: " << s.ToString();
+  EXPECT_CONTAINS(s.message(), reason);
+  EXPECT_CONTAINS(s.message(), "(on rank " + std::to_string(failing) + ")");
+  RestartRuntime(30);
+}
+
+TFRING_TEST(NcclGlobal, ACudaErrorOnOneRankFailsEveryRankAtOnce) {
+  const FailNext fail_next = HostGpuFailNext();
+  if (fail_next == nullptr) return;  // a real GPU: no way to make CUDA fail on demand
+  const int me = g_at.rank, failing = g_at.size - 1;
+  // The executor's wait for the op's producer: tfring's first CUDA call for it.
+  if (me == failing) fail_next("cudaStreamWaitEvent", cudaErrorLaunchFailure);
+  const auto start = std::chrono::steady_clock::now();
+  OpPtr op = SubmitOnGpu(kEnqueue, g_at, "fail.cuda", DataType::kFloat32, {8},
+                         TestValues(DataType::kFloat32, me, 8), GpuRequest{});
+  ExpectEveryRankFailsAtOnce(op, start, failing, "cudaStreamWaitEvent");
+  fail_next("cudaStreamWaitEvent", 0);  // disarmed, had tfring not made the call
+}
+
+TFRING_TEST(NcclGlobal, NcclsUniqueIdThatCannotBeMadeFailsEveryMemberAtOnce) {
+  const FailNext fail_next = HostGpuFailNext();
+  if (fail_next == nullptr || g_at.size < 2) return;
+  const int me = g_at.rank;
+  const std::vector<int32_t> members = {0, 1};  // a set of its own: a new communicator
+  if (me == 0) fail_next("ncclGetUniqueId", ncclSystemError);
+  const auto start = std::chrono::steady_clock::now();
+  if (me <= 1) {
+    OpPtr op = SubmitOnGpu(InSet(members), g_at, "fail.unique_id", DataType::kFloat32, {4},
+                           TestValues(DataType::kFloat32, me, 4), GpuRequest{});
+    const Status s = WaitFor(op, 60.0);
+    const double seconds = SecondsSince(start);
+    std::printf("rank %d: failed after %.3f s: %s\n", me, seconds, s.ToString().c_str());
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(seconds, 1.0) << "failed only after " << seconds << " s: " << s.ToString();
+    EXPECT_CONTAINS(s.message(), "could not make NCCL's unique id");
+  }
+  fail_next("ncclGetUniqueId", 0);
+  RestartRuntime(30);
+}
+
+TFRING_TEST(NcclGlobal, ATensorOnAnotherGpuOnOneRankFailsEveryRankAtOnce) {
+  if (HostGpuFailNext() == nullptr) return;  // a second GPU, made up on the host GPU
+  const int me = g_at.rank, failing = g_at.size - 1;
+  // The communicators are made on the GPU of the first tensor: one on the usual GPU first.
+  OpPtr warm = SubmitOnGpu(kEnqueue, g_at, "other_gpu.warmup", DataType::kFloat32, {4},
+                           TestValues(DataType::kFloat32, me, 4), GpuRequest{});
+  ExpectAllreduced(warm, ReduceOp::kSum, g_at.size, 0);
+  setenv("TFRING_HOST_GPU_COUNT", "2", 1);
+  GpuPlace at = g_at;
+  if (me == failing) at.device = g_at.device + 1;
+  const auto start = std::chrono::steady_clock::now();
+  OpPtr op = SubmitOnGpu(kEnqueue, at, "fail.other_gpu", DataType::kFloat32, {8},
+                         TestValues(DataType::kFloat32, me, 8), GpuRequest{});
+  ExpectEveryRankFailsAtOnce(op, start, failing, "GPU " + std::to_string(g_at.device + 1));
+  cudaSetDevice(g_at.device);
+  unsetenv("TFRING_HOST_GPU_COUNT");
 }
 
 }  // namespace

@@ -111,7 +111,40 @@ bool IsDeviceMemory(const void* p, size_t bytes) {
   return at >= start && at + bytes <= start + std::max<size_t>(it->second, 1);
 }
 
+namespace {
+
+struct Injected {
+  std::mutex mu;
+  std::string call;
+  int error = 0;
+  std::thread::id armed_by;
+};
+
+Injected& TheInjected() {
+  static Injected* injected = new Injected();  // never destroyed: used at exit
+  return *injected;
+}
+
+}  // namespace
+
+int TakeInjected(const char* call) {
+  Injected& i = TheInjected();
+  std::lock_guard<std::mutex> lock(i.mu);
+  if (i.error == 0 || i.call != call || std::this_thread::get_id() == i.armed_by) return 0;
+  const int error = i.error;
+  i.error = 0;
+  return error;
+}
+
 }  // namespace host_gpu
+
+extern "C" void tfring_host_gpu_fail_next(const char* call, int error) {
+  host_gpu::Injected& i = host_gpu::TheInjected();
+  std::lock_guard<std::mutex> lock(i.mu);
+  i.call = call;
+  i.error = error;
+  i.armed_by = std::this_thread::get_id();
+}
 
 using host_gpu::Enqueue;
 
@@ -183,6 +216,9 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (const int injected = host_gpu::TakeInjected("cudaMalloc")) {
+    return static_cast<cudaError_t>(injected);
+  }
   auto& m = host_gpu::TheMemory();
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.in_use + size > host_gpu::MemoryLimit()) return cudaErrorMemoryAllocation;
@@ -342,6 +378,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (const int injected = host_gpu::TakeInjected("cudaStreamWaitEvent")) {
+    return static_cast<cudaError_t>(injected);
+  }
   std::shared_ptr<host_gpu::Record> record = host_gpu::Latest(event);  // the one recorded now
   if (record != nullptr) Enqueue(stream, [record] { host_gpu::WaitFor(record); });
   return cudaSuccess;

@@ -55,7 +55,17 @@ void Enqueue(CUstream_st* stream, std::function<void()> task);
 // Whether [p, p + bytes) lies in one cudaMalloc'ed block (NCCL's pointer check).
 bool IsDeviceMemory(const void* p, size_t bytes);
 
+// The error armed for the next call named `call` made on another thread than the one that
+// armed it (tfring_host_gpu_fail_next), taken once; 0 when none.
+int TakeInjected(const char* call);
+
 }  // namespace host_gpu
+
+// Test control, found with dlsym in this library (tests/cpp/test_nccl_global_runtime.cc): the
+// next call named `call` ("cudaStreamWaitEvent", "cudaMalloc", "ncclGetUniqueId") that a
+// thread other than this one makes (tfring's own, not the test's) fails with `error` (the
+// cudaError_t or ncclResult_t that call returns), once: a GPU error on one rank, on demand.
+extern "C" void tfring_host_gpu_fail_next(const char* call, int error);
 
 struct CUevent_st {
   std::shared_ptr<host_gpu::EventState> state = std::make_shared<host_gpu::EventState>();

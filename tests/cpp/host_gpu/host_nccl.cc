@@ -282,6 +282,9 @@ const char* ncclGetLastError(ncclComm_t comm) {
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (const int injected = host_gpu::TakeInjected("ncclGetUniqueId")) {
+    return static_cast<ncclResult_t>(injected);
+  }
   static std::atomic<unsigned> counter{0};
   std::random_device random;
   std::memset(uniqueId, 0, sizeof(*uniqueId));
