@@ -321,7 +321,13 @@ def host_gpu_stages():
             ("scenario_nccl_peer_stopped", 3, [], {"TFRING_TEST_BIG_MIB": "16",
                                                    "TFRING_HOST_GPU_MB_PER_SECOND": "20"},
              ulfm + ["-x", "TFRING_TEST_BIG_MIB", "-x", "TFRING_HOST_GPU_MB_PER_SECOND"]),
-            ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto"}, ulfm),
+            # Each rank a host of its own (tools/gpu_ranks.sh): the killed rank's closed
+            # connections make the survivors' idle world report ncclRemoteError, as NCCL's
+            # proxy does, so it is not reused (made anew); within one host (below) the loss
+            # is silent and the world is shrunk.
+            ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "auto",
+                                            "TFRING_TEST_EXPECT_WORLD": "made anew"},
+             ulfm + ["-x", "TFRING_TEST_EXPECT_WORLD"]),
             ("scenario_nccl_reset", 3, [], {"TFRING_NCCL_RESHAPE": "off"}, ulfm),
             # The joining worker is spawned by MPI's daemon, which passes on its own
             # environment, not mpirun's -x: the settings go to mpirun itself.
@@ -333,7 +339,6 @@ def host_gpu_stages():
     for binary, n, base, fault in (
             ("scenario_nccl_peer_killed", 3, killed[3], "ncclCommRevoke:fail@0"),
             ("scenario_nccl_peer_killed", 3, killed[3], "ncclCommRevoke:stall@0"),
-            ("scenario_nccl_reset", 3, {"TFRING_NCCL_RESHAPE": "auto"}, "ncclCommShrink:fail@1"),
             ("scenario_nccl_grow", 2, dict(chosen, TFRING_NCCL_RESHAPE="auto"),
              "ncclCommGrow:fail@0")):
         flags = killed[4] if binary == killed[0] else ulfm
@@ -350,6 +355,18 @@ def host_gpu_stages():
             setting += f", {env['TFRING_HOST_GPU_RESHAPE_FAULT']}"
         stages.append((f"native {binary} np={n}{setting} [host GPU]", command, 180, None,
                        dict(env, MPIRUN=mpirun)))
+    # Three ranks of one host, each on a GPU of its own (no NCCL_HOSTID): a lost rank is
+    # silent there, so the survivors' world is shrunk; and where the shrink fails on one
+    # rank, every rank makes it anew.
+    for fault, expected in (("", ""), ("ncclCommShrink:fail@1", "made anew")):
+        settings = {"TFRING_NCCL_RESHAPE": "auto", "TFRING_HOST_GPU_RESHAPE_FAULT": fault,
+                    "TFRING_TEST_EXPECT_WORLD": expected}
+        stages.append((f"native scenario_nccl_reset np=3 auto{', ' + fault if fault else ''}, "
+                       "one host [host GPU]",
+                       MPIRUN + ulfm + ["-np", "3", "-x", "TFRING_HOST_GPU_COUNT=3",
+                                        "-x", "TFRING_TEST_SHARE_GPU=1"] + faults + exported +
+                       [os.path.join(ROOT, "build", "tests", "scenario_nccl_reset"),
+                        "--timeout_seconds=90"], 180, None, settings))
     # Two ranks of one host on one GPU, as an unpinned script puts them (no NCCL_HOSTID).
     stages.append(("native scenario_nccl_shared_gpu np=2 [host GPU]",
                    MPIRUN + ["-np", "2", "-x", "TFRING_TEST_SHARE_GPU=1"] + exported +

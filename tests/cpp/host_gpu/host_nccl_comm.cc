@@ -67,6 +67,23 @@ bool ReadAll(int fd, void* data, size_t bytes) {
   return true;
 }
 
+// This process's host as NCCL tells hosts apart: NCCL_HOSTID where set, else its name; a
+// fixed-size field in Connect's greeting.
+struct HostName {
+  char text[64] = {};
+};
+
+HostName ThisHost() {
+  HostName h;
+  const char* id = std::getenv("NCCL_HOSTID");
+  if (id != nullptr && *id != '\0') {
+    std::strncpy(h.text, id, sizeof(h.text) - 1);
+  } else if (gethostname(h.text, sizeof(h.text) - 1) != 0) {
+    std::strncpy(h.text, "localhost", sizeof(h.text) - 1);
+  }
+  return h;
+}
+
 // An abstract Unix socket's address (no file to clean up): a leading NUL, then the name.
 socklen_t Address(const std::string& name, sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
@@ -130,7 +147,10 @@ ncclResult_t CommState::Connect() {
     return Fail(ncclSystemError, "cannot listen on " + SocketName(rank_) + ": " + strerror(errno));
   }
   const auto deadline = Clock::now() + kConnectTimeout;
-  // Lower ranks are connected to, higher ones accepted: each pair once.
+  const HostName mine = ThisHost();
+  host_ = std::string(mine.text, strnlen(mine.text, sizeof(mine.text)));
+  // Lower ranks are connected to, higher ones accepted: each pair once; each tells the other
+  // its host.
   for (int p = 0; p < rank_; ++p) {
     while (true) {
       if (aborted()) {
@@ -141,13 +161,16 @@ ncclResult_t CommState::Connect() {
       len = Address(SocketName(p), &addr);
       if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
         const int32_t me = rank_;
-        if (!WriteAll(fd, &me, sizeof(me))) {
+        HostName theirs;
+        if (!WriteAll(fd, &me, sizeof(me)) || !WriteAll(fd, &mine, sizeof(mine)) ||
+            !ReadAll(fd, &theirs, sizeof(theirs))) {
           close(fd);
           close(listener);
           return Fail(ncclRemoteError, "rank " + std::to_string(p) + " closed the connection "
                                        "during the communicator's init");
         }
         peers_[p]->fd = fd;
+        peers_[p]->host.assign(theirs.text, strnlen(theirs.text, sizeof(theirs.text)));
         break;
       }
       if (fd >= 0) close(fd);
@@ -171,13 +194,16 @@ ncclResult_t CommState::Connect() {
     }
     const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     int32_t who = -1;
-    if (fd < 0 || !ReadAll(fd, &who, sizeof(who)) || who <= rank_ || who >= size_ ||
-        peers_[who]->fd >= 0) {
+    HostName theirs;
+    if (fd < 0 || !ReadAll(fd, &who, sizeof(who)) || !ReadAll(fd, &theirs, sizeof(theirs)) ||
+        who <= rank_ || who >= size_ || peers_[who]->fd >= 0 ||
+        !WriteAll(fd, &mine, sizeof(mine))) {
       if (fd >= 0) close(fd);
       close(listener);
       return Fail(ncclInternalError, "a bad connection during the communicator's init");
     }
     peers_[who]->fd = fd;
+    peers_[who]->host.assign(theirs.text, strnlen(theirs.text, sizeof(theirs.text)));
     ++accepted;
   }
   close(listener);
@@ -199,10 +225,16 @@ void CommState::Read(int peer) {
       m.bytes.resize(h.bytes);
       ok = ReadAll(p.fd, m.bytes.data(), h.bytes);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!ok) {
       p.closed = true;
       cv_.notify_all();
+      lock.unlock();
+      if (p.host != host_ && !aborted() && !revoked()) {
+        Fail(ncclRemoteError, "remote process exited or there was a network error: rank " +
+                                  std::to_string(peer) + " on host " + p.host +
+                                  " closed its connection");
+      }
       return;
     }
     if (m.kind == kTaken) {

@@ -29,8 +29,11 @@ struct Message {
   std::vector<char> bytes;
 };
 
-// What Send and Receive return when the peer is gone: not an error the communicator
-// reports (see Send); the collective waits until the communicator is aborted or revoked.
+// What Send and Receive return when the peer is gone: the collective waits until the
+// communicator is aborted or revoked. A peer on the same host (NCCL_HOSTID, else the host's
+// name) is lost silently, as NCCL over NVLink or shared memory says nothing; one on another
+// host makes the communicator report ncclRemoteError (ncclCommGetAsyncError) as soon as its
+// connection closes, as NCCL's network transport and proxy do, idle or not.
 constexpr ncclResult_t kLost = static_cast<ncclResult_t>(-1);
 
 class CommState : public std::enable_shared_from_this<CommState> {
@@ -103,6 +106,7 @@ class CommState : public std::enable_shared_from_this<CommState> {
     std::thread reader;
     std::deque<Message> inbox;
     bool closed = false;   // the peer closed its end (it died, aborted or destroyed)
+    std::string host;      // its NCCL_HOSTID, else its host's name (exchanged in Connect)
     uint64_t sent = 0;     // messages sent to it, and how many of them it took (under mu_)
     uint64_t taken = 0;
     std::mutex send_mu;
@@ -115,6 +119,7 @@ class CommState : public std::enable_shared_from_this<CommState> {
 
   const int rank_, size_;
   ncclUniqueId id_;
+  std::string host_;  // this process's, as its peers are told it (Connect)
   std::vector<std::unique_ptr<Peer>> peers_;
   std::mutex mu_;  // the inboxes, `closed`, last_error_
   std::condition_variable cv_;

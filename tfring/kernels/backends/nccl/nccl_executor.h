@@ -162,6 +162,8 @@ class NcclExecutor : public GroupExecutor {
   // words name `what` (the op and its tensors), whichever rank's reason they carry.
   Status Complete(const std::string& what);
   Status WaitForStream(const std::string& what);
+  // Whether the work recorded by WaitForStream's event completes within `grace`.
+  bool StreamDoneWithin(std::chrono::milliseconds grace);
   // Breaks the executor for good: announces `status` to the peers (unless a peer's
   // announcement came first, whose reason then wins), aborts the communicators.
   Status Fail(const Status& status);

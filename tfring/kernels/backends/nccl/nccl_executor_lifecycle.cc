@@ -223,8 +223,14 @@ Status NcclExecutor::WaitForStream(const std::string& what) {
         return Fail(CudaStatus(inputs, "cudaEventQuery", __FILE__, __LINE__));
       }
     }
+    // A peer's failure or death (MPI's word, or NCCL's through the communicator's error)
+    // fails this op only if it cannot complete without that peer: one that ended right
+    // after its part leaves this rank's collective complete, or about to be.
     Status peer;
-    if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) return Fail(peer);
+    if (HeardFromPeer(std::chrono::milliseconds(0), &peer)) {
+      if (StreamDoneWithin(kListenBeforeAnnouncing)) return Status::OK();
+      return Fail(peer);
+    }
     for (const Comm* c : {&world_, &local_}) {
       if (c->comm == nullptr) continue;
       ncclResult_t async = ncclSuccess;
@@ -233,6 +239,7 @@ Status NcclExecutor::WaitForStream(const std::string& what) {
         return Fail(NcclStatus(q, c->comm, "ncclCommGetAsyncError", __FILE__, __LINE__));
       }
       if (async != ncclSuccess && async != ncclInProgress) {
+        if (StreamDoneWithin(kListenBeforeAnnouncing)) return Status::OK();
         return Fail(NcclStatus(async, c->comm, what.c_str(), __FILE__, __LINE__));
       }
     }
@@ -248,6 +255,16 @@ Status NcclExecutor::WaitForStream(const std::string& what) {
     } else {
       std::this_thread::sleep_for(kPollSleep);
     }
+  }
+}
+
+bool NcclExecutor::StreamDoneWithin(std::chrono::milliseconds grace) {
+  const auto deadline = Clock::now() + grace;
+  while (true) {
+    const cudaError_t rc = cudaEventQuery(done_event_);
+    if (rc != cudaErrorNotReady) return rc == cudaSuccess;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kPollSleep);
   }
 }
 
