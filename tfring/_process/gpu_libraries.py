@@ -28,7 +28,7 @@ def report():
     if needed > len(out):
         out = ctypes.create_string_buffer(needed)
         lib.tfring_gpu_libraries(out, len(out))
-    return json.loads(out.value.decode())
+    return json.loads(out.value.decode(errors="replace"))
 
 
 def problems(found):

@@ -51,15 +51,17 @@ def start(comm=None):
     # Before MPI starts: Slurm's srun does not tell the wheel's Open MPI where it lives.
     mpi_wheel.point_at_wheel(os.environ, _library.build_info().get("mpicxx"),
                               mpi_wheel.wheel_prefix())
+    if nccl_built():
+        # Loads NCCL and the CUDA runtime, and raises where TensorFlow has GPUs that tfring's
+        # GPU path cannot serve: before MPI and the background thread start, so that nothing
+        # is left running.
+        gpu_libraries.check(_tensorflow_gpus)
     error = ctypes.create_string_buffer(2048)
     code = lib.tfring_init(kind, (ctypes.c_int32 * max(1, len(ranks)))(*ranks), len(ranks),
                            handle, error, len(error))
     if code != 0:
         raise _INIT_ERRORS.get(code, RuntimeError)(f"tfring.init() failed: {error.value.decode()}")
-    if nccl_built():
-        # Loads NCCL and the CUDA runtime (the log at debug level names them) and raises
-        # where TensorFlow has GPUs that tfring's GPU path cannot serve.
-        gpu_libraries.check(_tensorflow_gpus)
+    lib.tfring_log_gpu_libraries()  # at debug level, now that init set it: the files in use
     flight_dump.serve_stacks()
     if not _atexit_registered:
         atexit.register(_at_exit)

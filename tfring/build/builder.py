@@ -341,6 +341,8 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         return None
     library = os.path.join(entry, toolchain.LIBRARY_NAME)
     link(mpicxx, runtime_objs + glue_objs, library, ["-shared"] + tf_link + xla_link + gpu_link)
+    if gpu:
+        check_gpu_calls_are_tfrings(library)
     record = {
         "library": library,
         "tensorflow": tf_version,
@@ -369,6 +371,24 @@ def build(entry=None, with_tests=False, native_only=False, say=print, sanitize=N
         f"({nccl_note}; {xla_note}) in {time.time() - start:.1f} s, {rebuilt} of {len(objects)} files "
         "compiled")
     return record
+
+
+def check_gpu_calls_are_tfrings(library):
+    """Every NCCL and CUDA runtime call of the library must be one of tfring's own (the lists
+    in backends/nccl/nccl_calls.h, backends/cuda/cuda_runtime_calls.h): a shared library
+    links with the name undefined, and it would bind to whatever exports it first, such as
+    TensorFlow's trampolines (docs/gpu.md, 'Which NCCL and CUDA runtime run')."""
+    try:
+        out = subprocess.run(["nm", "-D", "--undefined-only", library], capture_output=True,
+                             text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return  # no nm here: tests/unit/test_gpu_bindings.py checks the same
+    names = sorted(w for w in out.split() if w[:4] in ("nccl", "cuda") and w[4:5].isupper())
+    if names:
+        remove_if_exists(library)
+        raise BuildError(f"{os.path.basename(library)} calls {', '.join(names)} without "
+                         "defining them: add each to backends/nccl/nccl_calls.h or "
+                         "backends/cuda/cuda_runtime_calls.h")
 
 
 def bench_sources(gpu):

@@ -2,8 +2,9 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <limits.h>
-#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <cstdio>
 
 namespace tfring {
 namespace {
@@ -51,9 +52,10 @@ std::string SharedLibrary::FileHolding(const void* address) {
   return info.dli_fname;
 }
 
-std::string SharedLibrary::RealPath(const std::string& path) {
-  char resolved[PATH_MAX];
-  return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+bool SharedLibrary::SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 SharedLibrary::~SharedLibrary() { dlclose(handle_); }
@@ -72,8 +74,16 @@ void SharedLibrary::Note(const char* name, void* found, std::string* missing,
 std::string JsonQuoted(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (c == '\n' || c == '\t') ? ' ' : c;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", static_cast<unsigned char>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }

@@ -24,8 +24,8 @@ class SharedLibrary {
   static std::unique_ptr<SharedLibrary> AlreadyLoaded(const std::string& soname);
   // The file that holds `address` ("" when none does): where a function really lives.
   static std::string FileHolding(const void* address);
-  // The canonical form of a path (symbolic links resolved), or `path` when it cannot be.
-  static std::string RealPath(const std::string& path);
+  // Whether two paths name one file (device and inode; links resolved).
+  static bool SameFile(const std::string& a, const std::string& b);
 
   ~SharedLibrary();  // closes the handle (the object stays while others hold it)
   SharedLibrary(const SharedLibrary&) = delete;

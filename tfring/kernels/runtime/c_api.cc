@@ -6,6 +6,7 @@
 
 #include "tfring/kernels/backends/mpi/mpi_context.h"
 #include "tfring/kernels/common/build_config.h"
+#include "tfring/kernels/common/logging.h"
 #include "tfring/kernels/common/status.h"
 #include "tfring/kernels/runtime/flight_dump.h"
 #include "tfring/kernels/runtime/global_runtime.h"
@@ -160,6 +161,22 @@ int tfring_gpu_libraries(char* out, int out_len) {
   const int needed = static_cast<int>(json.size()) + 1;
   if (out_len >= needed) std::memcpy(out, json.c_str(), needed);
   return needed;
+}
+
+// Logs at debug level which NCCL and CUDA runtime tfring's GPU calls go to (init() calls it
+// once the log level is set; the libraries are loaded before, by its check).
+void tfring_log_gpu_libraries() {
+#if TFRING_WITH_NCCL
+  const tfring::NcclReshapeCalls& calls = tfring::ReshapeCalls();
+  const tfring::LoadedLibraryReport& nccl = tfring::NcclReport();
+  const tfring::LoadedLibraryReport& cuda = tfring::CudaRuntimeReport();
+  TFRING_LOG(kDebug) << "NCCL: " << (nccl.error.empty() ? nccl.file : nccl.error) << " (version "
+                     << nccl.version << "); revoke " << (calls.revoke ? "yes" : "no")
+                     << ", shrink " << (calls.shrink ? "yes" : "no") << ", grow "
+                     << (calls.grow ? "yes" : "no");
+  TFRING_LOG(kDebug) << "CUDA runtime: " << (cuda.error.empty() ? cuda.file : cuda.error)
+                     << " (version " << cuda.version << ")";
+#endif
 }
 
 int tfring_mpi_built() { return 1; }

@@ -2,8 +2,9 @@
 //   X(return type, name, (parameters), (arguments))
 // backends/cuda/cuda_runtime_library.cc expands it into the table of functions looked up in
 // the CUDA runtime tfring chose, and into tfring's own definitions of these names, which call
-// through that table. A call missing here fails to link (no libcudart is linked); a
-// parameter list that differs from cuda_runtime_api.h's fails to compile.
+// through that table. A call missing here fails the native tests' link (no libcudart is
+// linked) and the library's build (builder.py, check_gpu_calls_are_tfrings); a parameter
+// list that differs from cuda_runtime_api.h's fails to compile.
 #pragma once
 
 #include <cuda_runtime_api.h>

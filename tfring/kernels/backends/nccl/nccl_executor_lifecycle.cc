@@ -145,10 +145,14 @@ Status NcclExecutor::Launched(ncclResult_t rc, const char* call,
   }
   if (!comms.empty()) in_flight_ = comms[0];
   // Non-blocking communicators: the call may still be in progress on the host side (only
-  // initialization takes long); the next call must wait for it.
+  // initialization takes long); the next call must wait for it. A peer's word or the
+  // communicator's error that comes meanwhile (a peer that ended right after its part of
+  // this very call, say) is for the stream's wait to judge (WaitForStream): the call was
+  // launched, and may complete. A host side that never finishes fails here.
   for (const Comm* c : comms) {
     const Status s = WaitUntilDone(c->comm, call);
-    if (!s.ok()) return Fail(s);
+    if (s.code() == StatusCode::kDeadlineExceeded) return Fail(s);
+    if (!s.ok()) break;
   }
   return Status::OK();
 }
@@ -231,8 +235,10 @@ Status NcclExecutor::WaitForStream(const std::string& what) {
       if (StreamDoneWithin(kListenBeforeAnnouncing)) return Status::OK();
       return Fail(peer);
     }
+    // The communicator this op's work runs on (the other one's error, a peer that ended
+    // normally say, is not this op's), or both before any call.
     for (const Comm* c : {&world_, &local_}) {
-      if (c->comm == nullptr) continue;
+      if (c->comm == nullptr || (in_flight_ != nullptr && c != in_flight_)) continue;
       ncclResult_t async = ncclSuccess;
       const ncclResult_t q = ncclCommGetAsyncError(c->comm, &async);
       if (q != ncclSuccess) {

@@ -11,6 +11,11 @@
 #define TFRING_NCCL_FILE ""
 #endif
 
+// The name a call has in the library, after the header's macros (none rename NCCL's calls
+// today; the CUDA runtime's do).
+#define TFRING_NCCL_NAME_OF(name) TFRING_NCCL_STRINGIFY(name)
+#define TFRING_NCCL_STRINGIFY(name) #name
+
 namespace tfring {
 namespace {
 
@@ -74,8 +79,7 @@ void FindSince(const SharedLibrary& library, const char* name, int version, int 
 // version tfring was built against, else the chosen file; null (and `error`) otherwise.
 std::unique_ptr<SharedLibrary> Choose(const std::string& chosen, std::string* error) {
   std::unique_ptr<SharedLibrary> present = SharedLibrary::AlreadyLoaded(kSoname);
-  if (present == nullptr ||
-      SharedLibrary::RealPath(present->file()) == SharedLibrary::RealPath(chosen)) {
+  if (present == nullptr || SharedLibrary::SameFile(present->file(), chosen)) {
     return present != nullptr ? std::move(present) : SharedLibrary::Open(chosen, "NCCL", error);
   }
   const int theirs = VersionOf(*present);
@@ -107,7 +111,7 @@ void Load(Nccl* n) {
   Table table;
   std::string missing, stray;
 #define TFRING_NCCL_FIND(ret, name, params, args) \
-  library->FindInto(#name, &table.name, &missing, &stray);
+  library->FindInto(TFRING_NCCL_NAME_OF(name), &table.name, &missing, &stray);
   TFRING_NCCL_CALLS(TFRING_NCCL_FIND)
 #undef TFRING_NCCL_FIND
   n->report.file = library->file();
