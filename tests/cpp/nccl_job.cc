@@ -134,17 +134,17 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// An allreduce (Sum) of 1024 floats, each this rank's rank + 1, on device buffers: the status,
-// and whether every element came back as the sum over the world's ranks.
-Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
-  const int64_t count = 1024;
-  std::vector<float> host(count, static_cast<float>(Scenario().layout.rank + 1));
-  void *in = nullptr, *out = nullptr;
-  if (cudaMalloc(&in, count * 4) != cudaSuccess || cudaMalloc(&out, count * 4) != cudaSuccess ||
-      cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {  // landed before tfring's stream reads it
-    DieInSetup("device memory", Status::Internal("cudaMalloc/cudaMemcpy failed"));
+void* ZeroedDeviceBuffer(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {  // set before tfring's stream reads it
+    DieInSetup("device memory", Status::Internal("cudaMalloc of " + std::to_string(bytes)));
   }
+  return p;
+}
+
+std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& name, int64_t count,
+                                          void* in, void* out) {
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> status = done->get_future();
   Entry e;
@@ -157,6 +157,21 @@ Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
   e.output = out;
   e.done = [done](const Status& s) { done->set_value(s); };
   c->Enqueue(std::move(e));
+  return status;
+}
+
+// An allreduce (Sum) of 1024 floats, each this rank's rank + 1, on device buffers: the status,
+// and whether every element came back as the sum over the world's ranks.
+Status DeviceSumOfRanks(Coordinator* c, const std::string& name, bool* right) {
+  const int64_t count = 1024;
+  std::vector<float> host(count, static_cast<float>(Scenario().layout.rank + 1));
+  void *in = nullptr, *out = nullptr;
+  if (cudaMalloc(&in, count * 4) != cudaSuccess || cudaMalloc(&out, count * 4) != cudaSuccess ||
+      cudaMemcpy(in, host.data(), count * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {  // landed before tfring's stream reads it
+    DieInSetup("device memory", Status::Internal("cudaMalloc/cudaMemcpy failed"));
+  }
+  std::future<Status> status = SubmitDeviceAllreduce(c, name, count, in, out);
   Status s = status.wait_for(std::chrono::seconds(30)) == std::future_status::ready
                  ? status.get()
                  : Status::DeadlineExceeded("'" + name + "' did not end in 30 s");

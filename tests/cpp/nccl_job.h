@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,15 @@ class SurvivorsGpuEnvironment : public Environment {
 };
 
 double SecondsSince(std::chrono::steady_clock::time_point start);
+
+// `bytes` of device memory, zeroed, set before tfring's stream reads it; the job aborted
+// (DieInSetup) where it cannot be had.
+void* ZeroedDeviceBuffer(int64_t bytes);
+
+// Enqueues an allreduce (Sum) of `count` floats from `in` into `out` on the scenario's GPU;
+// the future holds its status.
+std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& name, int64_t count,
+                                          void* in, void* out);
 
 // An allreduce (Sum) of 1024 floats, each this rank's rank + 1, on device buffers, in the
 // scenario's job: the status, and whether every element came back as the sum over its ranks.

@@ -45,33 +45,6 @@ bool ExpectRestart() {
   return setting != nullptr && std::string(setting) == "1";
 }
 
-void* DeviceBuffer(int64_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {  // set before tfring's stream reads it
-    DieInSetup("device memory", Status::Internal("cudaMalloc of " + std::to_string(bytes)));
-  }
-  return p;
-}
-
-// An allreduce of `count` floats on device buffers; the future holds its status.
-std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& name, int64_t count,
-                                          void* in, void* out) {
-  auto done = std::make_shared<std::promise<Status>>();
-  std::future<Status> status = done->get_future();
-  Entry e;
-  e.request.key.name = name;
-  e.request.dtype = DataType::kFloat32;
-  e.request.shape = {count};
-  e.request.on_device = true;
-  e.device = Scenario().device;
-  e.input = in;
-  e.output = out;
-  e.done = [done](const Status& s) { done->set_value(s); };
-  c->Enqueue(std::move(e));
-  return status;
-}
-
 TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   ASSERT_TRUE(Scenario().layout.size >= 2) << "run it with 2 ranks or more";
   Options options;
@@ -81,8 +54,8 @@ TFRING_TEST(NcclPeerKilled, SurvivorsFailTheOpNamingTensorAndDeadRank) {
   // 1 GiB: through sockets it takes over half a second, so the kill lands mid-op.
   const char* mib = std::getenv("TFRING_TEST_BIG_MIB");
   const int64_t count = (mib != nullptr ? std::atoll(mib) : 1024) << 18;  // floats
-  void* in = DeviceBuffer(count * 4);
-  void* out = DeviceBuffer(count * 4);
+  void* in = ZeroedDeviceBuffer(count * 4);
+  void* out = ZeroedDeviceBuffer(count * 4);
   ASSERT_TRUE(SubmitDeviceAllreduce(c.get(), "warmup", 1024, in, out).get().ok());
   const int victim = Scenario().layout.size - 1;
   const auto start = std::chrono::steady_clock::now();

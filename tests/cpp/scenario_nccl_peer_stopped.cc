@@ -38,32 +38,6 @@ TFRING_TEST_ENVIRONMENT(SurvivorsGpuEnvironment);
 
 constexpr double kPeerTimeoutSeconds = 3;
 
-void* DeviceBuffer(int64_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {  // set before tfring's stream reads it
-    DieInSetup("device memory", Status::Internal("cudaMalloc of " + std::to_string(bytes)));
-  }
-  return p;
-}
-
-std::future<Status> SubmitDeviceAllreduce(Coordinator* c, const std::string& name, int64_t count,
-                                          void* in, void* out) {
-  auto done = std::make_shared<std::promise<Status>>();
-  std::future<Status> status = done->get_future();
-  Entry e;
-  e.request.key.name = name;
-  e.request.dtype = DataType::kFloat32;
-  e.request.shape = {count};
-  e.request.on_device = true;
-  e.device = Scenario().device;
-  e.input = in;
-  e.output = out;
-  e.done = [done](const Status& s) { done->set_value(s); };
-  c->Enqueue(std::move(e));
-  return status;
-}
-
 TFRING_TEST(NcclPeerStopped, ThePeerTimeoutEndsEveryOtherRanksWait) {
   const int size = Scenario().layout.size, me = Scenario().layout.rank, victim = size - 1;
   ASSERT_TRUE(size >= 2) << "run it with 2 ranks or more";
@@ -75,8 +49,8 @@ TFRING_TEST(NcclPeerStopped, ThePeerTimeoutEndsEveryOtherRanksWait) {
   std::unique_ptr<Coordinator> c = NewNcclCoordinator(Scenario().mpi, Scenario().layout, options);
   const char* mib = std::getenv("TFRING_TEST_BIG_MIB");
   const int64_t count = (mib != nullptr ? std::atoll(mib) : 1024) << 18;  // floats
-  void* in = DeviceBuffer(count * 4);
-  void* out = DeviceBuffer(count * 4);
+  void* in = ZeroedDeviceBuffer(count * 4);
+  void* out = ZeroedDeviceBuffer(count * 4);
   ASSERT_TRUE(SubmitDeviceAllreduce(c.get(), "warmup", 1024, in, out).get().ok());
   const auto start = std::chrono::steady_clock::now();
   std::future<Status> big = SubmitDeviceAllreduce(c.get(), "big", count, in, out);
